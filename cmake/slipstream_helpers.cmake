@@ -1,0 +1,23 @@
+# slipstream_library(NAME ALIAS SOURCES...): a static library with our warnings.
+function(slipstream_library name alias)
+  add_library(${name} STATIC ${ARGN})
+  add_library(${alias} ALIAS ${name})
+  target_compile_options(${name} PRIVATE ${SLIPSTREAM_WARNINGS})
+  set_target_properties(${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+endfunction()
+
+# slipstream_test(FILE [LIBS...]): one GoogleTest executable per test file,
+# named after it. Tests whose name ends in _CUDA need a GPU; the CTest entry
+# filters them out when none is present (as LibTorch's own C++ tests do),
+# and scripts/device_check.sh runs them on the device.
+function(slipstream_test file)
+  get_filename_component(name ${file} NAME_WE)
+  add_executable(${name} ${file})
+  target_link_libraries(${name} PRIVATE ${ARGN} GTest::gtest GTest::gtest_main)
+  target_compile_options(${name} PRIVATE ${SLIPSTREAM_WARNINGS})
+  target_precompile_headers(${name} REUSE_FROM slipstream_test_pch)
+  add_test(NAME ${name} COMMAND ${name})
+  # _CUDA tests need a GPU; they skip themselves where none is present.
+  set_tests_properties(${name} PROPERTIES TIMEOUT 900
+    ENVIRONMENT "SLIPSTREAM_BIN=$<TARGET_FILE:slipstream>")
+endfunction()

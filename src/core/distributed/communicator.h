@@ -1,0 +1,37 @@
+// Communicator: the few collectives the core needs, over any c10d backend.
+//
+// The readback and the trainer talk to this interface, not to a c10d process
+// group, so that the same code runs single-process (no communicator), on Gloo
+// (CPU) or NCCL (CUDA), and across LibTorch versions whose c10d class
+// hierarchies differ.
+//
+// Stream semantics follow c10d's: on CUDA, all_reduce_sum enqueues the
+// collective after the work already on the current stream and makes the
+// current stream wait for it; it does not block the host. On CPU (Gloo) it
+// returns once the sum is in place.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+
+namespace slipstream {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual std::string backend_name() const = 0;
+
+  // In-place sum over all ranks.
+  virtual void all_reduce_sum(at::Tensor& tensor) = 0;
+  // In-place max over all ranks.
+  virtual void all_reduce_max(at::Tensor& tensor) = 0;
+  // In-place broadcast from `root`.
+  virtual void broadcast(at::Tensor& tensor, int root) = 0;
+  // Every rank waits here until all have arrived.
+  virtual void barrier() = 0;
+};
+
+}  // namespace slipstream

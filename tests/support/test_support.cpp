@@ -1,0 +1,50 @@
+#include "support/test_support.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+namespace slipstream::testing {
+
+TempDir::TempDir() {
+  std::random_device rd;
+  const auto base = std::filesystem::temp_directory_path();
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    auto candidate = base / ("slipstream-test-" + std::to_string(rd()));
+    if (std::filesystem::create_directory(candidate)) {
+      path_ = candidate.string();
+      return;
+    }
+  }
+  throw std::runtime_error("TempDir: could not create a temporary directory");
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+std::string fixtures_dir() {
+  if (const char* env = std::getenv("SLIPSTREAM_FIXTURES_DIR")) return env;
+  return SLIPSTREAM_FIXTURES_DIR;
+}
+
+LandingProbe HeldSteps::probe() {
+  LandingProbe p;
+  p.has_landed = [this](const PendingStep& s) { return released.count(s.step) > 0; };
+  p.wait = [this](const PendingStep& s) {
+    waited.push_back(s.step);
+    released.insert(s.step);
+  };
+  return p;
+}
+
+std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+}  // namespace slipstream::testing

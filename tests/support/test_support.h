@@ -1,0 +1,41 @@
+// Shared test helpers: temporary directories, the fixtures folder, and a
+// landing probe whose steps land only when the test releases them.
+#pragma once
+
+#include "core/readback/step_readback.h"
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace slipstream::testing {
+
+// A fresh empty directory under the system temp dir, removed on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// ../shared/fixtures beside the checkout, or $SLIPSTREAM_FIXTURES_DIR.
+std::string fixtures_dir();
+
+// Steps land when released (or when the readback waits on them at drain).
+struct HeldSteps {
+  std::set<int64_t> released;
+  std::vector<int64_t> waited;
+  void release(int64_t step) { released.insert(step); }
+  LandingProbe probe();
+};
+
+// Every line of a text file.
+std::vector<std::string> read_lines(const std::string& path);
+
+}  // namespace slipstream::testing
