@@ -1,0 +1,148 @@
+#include "aero/model/transolver.h"
+
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <cmath>
+
+namespace slipstream::aero {
+
+void trunc_normal_(torch::Tensor t, double std, double a, double b) {
+  torch::NoGradGuard no_grad;
+  auto cdf = [](double x) { return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))); };
+  const double lo = cdf(a / std), hi = cdf(b / std);
+  t.uniform_(2 * lo - 1, 2 * hi - 1);
+  t.erfinv_();
+  t.mul_(std * std::sqrt(2.0));
+  t.clamp_(a, b);
+}
+
+MlpImpl::MlpImpl(int64_t in, int64_t hidden, int64_t out) {
+  layers = register_module(
+      "layers", torch::nn::Sequential(torch::nn::Linear(in, hidden), torch::nn::GELU(),
+                                      torch::nn::Linear(hidden, out)));
+}
+
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return layers->forward(x); }
+
+PhysicsAttentionImpl::PhysicsAttentionImpl(const TransolverOptions& o)
+    : heads(o.n_head),
+      dim_head(o.n_hidden / o.n_head),
+      slices(o.slice_num),
+      eps(o.slice_norm_eps) {
+  TORCH_CHECK(o.n_hidden % o.n_head == 0, "model: n_hidden (", o.n_hidden,
+              ") must be divisible by n_head (", o.n_head, ")");
+  const int64_t c = o.n_hidden;
+  temperature = register_parameter("temperature", torch::full({1, 1, heads, 1}, 0.5));
+  in_project_slice = register_module("in_project_slice", torch::nn::Linear(dim_head, slices));
+  qkv_project = register_module(
+      "qkv_project", torch::nn::Linear(torch::nn::LinearOptions(dim_head, 3 * dim_head).bias(false)));
+  out_linear = register_module("out_linear", torch::nn::Linear(c, c));
+  in_project_x = register_module("in_project_x", torch::nn::Linear(c, c));
+  in_project_fx = register_module("in_project_fx", torch::nn::Linear(c, c));
+}
+
+torch::Tensor PhysicsAttentionImpl::slice_weights(const torch::Tensor& x_mid) {
+  auto logits = in_project_slice->forward(x_mid);  // B N H G
+  return torch::softmax(logits / temperature.clamp(0.5, 5.0), -1);
+}
+
+torch::Tensor PhysicsAttentionImpl::forward(const torch::Tensor& x) {
+  const int64_t b = x.size(0), n = x.size(1);
+  auto x_mid = in_project_x->forward(x).view({b, n, heads, dim_head});
+  auto fx_mid = in_project_fx->forward(x).view({b, n, heads, dim_head});
+  torch::Tensor slice_token;
+  torch::Tensor w;
+  w = slice_weights(x_mid);                                           // B N H G
+  auto norm = w.sum(1);                                               // B H G
+  slice_token = torch::einsum("bnhg,bnhc->bhgc", {w, fx_mid});        // B H G D
+  slice_token = slice_token / (norm + eps).unsqueeze(-1);
+  auto qkv = qkv_project->forward(slice_token).chunk(3, -1);
+#if TORCH_VERSION_MAJOR >= 2
+  auto out_slice = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2]);  // B H G D
+#else
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dim_head));
+  auto attn = torch::softmax(torch::matmul(qkv[0], qkv[1].transpose(-2, -1)) * scale, -1);
+  auto out_slice = torch::matmul(attn, qkv[2]);                       // B H G D
+#endif
+  auto out = torch::einsum("bnhg,bhgc->bnhc", {w, out_slice});        // B N H D
+  return out_linear->forward(out.reshape({b, n, heads * dim_head}));
+}
+
+TransolverBlockImpl::TransolverBlockImpl(const TransolverOptions& o, bool last) {
+  const int64_t c = o.n_hidden;
+  ln_1 = register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c})));
+  Attn = register_module("Attn", PhysicsAttention(o));
+  ln_mlp1 = register_module(
+      "ln_mlp1", torch::nn::Sequential(torch::nn::LayerNorm(torch::nn::LayerNormOptions({c})),
+                                       Mlp(c, c * o.mlp_ratio, c)));
+  if (last) {
+    ln_mlp2 = register_module(
+        "ln_mlp2", torch::nn::Sequential(torch::nn::LayerNorm(torch::nn::LayerNormOptions({c})),
+                                         torch::nn::Linear(c, o.out_dim)));
+  }
+}
+
+torch::Tensor TransolverBlockImpl::forward(const torch::Tensor& x_in) {
+  auto x = Attn->forward(ln_1->forward(x_in)) + x_in;
+  x = ln_mlp1->forward(x) + x;
+  if (!ln_mlp2.is_empty()) return ln_mlp2->forward(x);
+  return x;
+}
+
+TransolverImpl::TransolverImpl(TransolverOptions o) : options_(o) {
+  TORCH_CHECK(o.n_layers >= 1, "model: n_layers must be >= 1, got ", o.n_layers);
+  preprocess = register_module(
+      "preprocess", Mlp(o.functional_dim + o.embedding_dim, 2 * o.n_hidden, o.n_hidden));
+  blocks = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < o.n_layers; ++i) {
+    blocks->push_back(TransolverBlock(o, i == o.n_layers - 1));
+  }
+  reset_parameters();
+}
+
+void TransolverImpl::reset_parameters() {
+  torch::NoGradGuard no_grad;
+  for (auto& m : modules(/*include_self=*/false)) {
+    if (auto* lin = m->as<torch::nn::Linear>()) {
+      trunc_normal_(lin->weight, 0.02);
+      if (lin->bias.defined()) lin->bias.zero_();
+    } else if (auto* ln = m->as<torch::nn::LayerNorm>()) {
+      ln->weight.fill_(1.0);
+      ln->bias.zero_();
+    } else if (auto* attn = m->as<PhysicsAttention>()) {
+      attn->temperature.fill_(0.5);
+    }
+  }
+}
+
+torch::Tensor TransolverImpl::forward(const torch::Tensor& embedding, const torch::Tensor& fx) {
+  TORCH_CHECK(embedding.dim() == 3 && fx.dim() == 3, "model: expected (B, N, E) and (B, N, F) inputs, got ",
+              embedding.sizes(), " and ", fx.sizes());
+  TORCH_CHECK(embedding.size(-1) == options_.embedding_dim && fx.size(-1) == options_.functional_dim,
+              "model: expected embedding dim ", options_.embedding_dim, " and functional dim ",
+              options_.functional_dim, ", got ", embedding.size(-1), " and ", fx.size(-1));
+  auto x = preprocess->forward(torch::cat({embedding, fx}, -1));
+  for (const auto& block : *blocks) x = block->as<TransolverBlock>()->forward(x);
+  return x;
+}
+
+void TransolverImpl::load_named(const std::map<std::string, torch::Tensor>& tensors,
+                                const std::string& prefix) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : named_parameters()) {
+    auto it = tensors.find(prefix + p.key());
+    TORCH_CHECK(it != tensors.end(), "model: no tensor '", prefix + p.key(), "' to load");
+    TORCH_CHECK(it->second.sizes() == p.value().sizes(), "model: tensor '", prefix + p.key(),
+                "' has shape ", it->second.sizes(), ", the model expects ", p.value().sizes());
+    p.value().copy_(it->second);
+  }
+}
+
+int64_t TransolverImpl::parameter_count() const {
+  int64_t n = 0;
+  for (const auto& p : parameters()) n += p.numel();
+  return n;
+}
+
+}  // namespace slipstream::aero

@@ -1,0 +1,108 @@
+// Transolver (Wu et al., 2024) for irregular meshes, laid out as PhysicsNeMo
+// lays it out, so that its state-dict names load unchanged
+// (preprocess.layers.0.weight, blocks.3.Attn.in_project_slice.weight, ...).
+//
+// Input per point: embedding (coordinates 3 + SDF 1 + SDF normal 3) and
+// functional values (free-stream velocity 3), concatenated [embedding, fx].
+//   preprocess: Linear(E+F -> 2C), GELU, Linear(2C -> C)
+//   each block: x = x + Attn(LN(x)); x = x + MLP(LN(x))
+//   last block: then LN, Linear(C -> out_dim)
+// Physics attention (per head of size D = C/H, G slices):
+//   w = softmax(Ws(Wx x) / clamp(tau, 0.5, 5)) over slices     (B,N,H,G)
+//   s = (w^T Wf x) / (sum_N w + eps)                           (B,H,G,D)
+//   s' = SDPA(q, k, v) among the G slice tokens, q,k,v = Wqkv s
+//   y = w s' (back to points), heads merged, Linear(C -> C)
+// The volume configuration (C 256, H 8, G 256, 12 layers, out 5) has
+// 8,964,709 parameters.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include <map>
+#include <string>
+
+namespace slipstream::aero {
+
+struct TransolverOptions {
+  int64_t functional_dim = 3;
+  int64_t embedding_dim = 7;
+  int64_t out_dim = 5;
+  int64_t n_layers = 12;
+  int64_t n_hidden = 256;
+  int64_t n_head = 8;
+  int64_t slice_num = 256;
+  int64_t mlp_ratio = 4;
+  // Added to the slice weights' sum over points before normalising.
+  double slice_norm_eps = 1e-2;
+};
+
+// Linear, GELU, Linear, registered as "layers" (PhysicsNeMo's MLP).
+class MlpImpl : public torch::nn::Module {
+ public:
+  MlpImpl(int64_t in, int64_t hidden, int64_t out);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::Sequential layers{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+class PhysicsAttentionImpl : public torch::nn::Module {
+ public:
+  explicit PhysicsAttentionImpl(const TransolverOptions& o);
+  torch::Tensor forward(const torch::Tensor& x);
+  // The slice weights (B, N, H, G), for tests and tools.
+  torch::Tensor slice_weights(const torch::Tensor& x_mid);
+
+  int64_t heads, dim_head, slices;
+  double eps;
+  torch::Tensor temperature;
+  torch::nn::Linear in_project_x{nullptr}, in_project_fx{nullptr}, in_project_slice{nullptr},
+      qkv_project{nullptr}, out_linear{nullptr};
+};
+TORCH_MODULE(PhysicsAttention);
+
+class TransolverBlockImpl : public torch::nn::Module {
+ public:
+  TransolverBlockImpl(const TransolverOptions& o, bool last);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::nn::LayerNorm ln_1{nullptr};
+  PhysicsAttention Attn{nullptr};
+  torch::nn::Sequential ln_mlp1{nullptr};
+  torch::nn::Sequential ln_mlp2{nullptr};  // last block only
+};
+TORCH_MODULE(TransolverBlock);
+
+class TransolverImpl : public torch::nn::Module {
+ public:
+  explicit TransolverImpl(TransolverOptions o);
+  // embedding (B, N, E), fx (B, N, F) -> (B, N, out_dim)
+  torch::Tensor forward(const torch::Tensor& embedding, const torch::Tensor& fx);
+  // Truncated-normal(std 0.02) Linear weights, zero biases, LayerNorm 1/0,
+  // temperatures 0.5.
+  void reset_parameters();
+  // Copies tensors by PhysicsNeMo state-dict name (an optional prefix such
+  // as "param." is stripped); every parameter must be present with its
+  // shape, else a c10::Error names it.
+  void load_named(const std::map<std::string, torch::Tensor>& tensors,
+                  const std::string& prefix = "");
+  int64_t parameter_count() const;
+  const TransolverOptions& options() const { return options_; }
+
+  Mlp preprocess{nullptr};
+  torch::nn::ModuleList blocks{nullptr};
+
+ private:
+  TransolverOptions options_;
+};
+TORCH_MODULE(Transolver);
+
+// Fills `t` from a normal(0, std) truncated to [a, b] (absolute bounds), by
+// the inverse CDF, as torch.nn.init.trunc_normal_ does.
+void trunc_normal_(torch::Tensor t, double std, double a = -2.0, double b = 2.0);
+
+}  // namespace slipstream::aero

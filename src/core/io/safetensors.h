@@ -1,0 +1,43 @@
+// Safetensors files: read (memory-mapped) and write (atomically).
+//
+// Format: an 8-byte little-endian header length N, N bytes of JSON mapping
+// each tensor name to {"dtype", "shape", "data_offsets": [begin, end]} (plus
+// an optional "__metadata__" of string values), then the raw little-endian
+// tensor bytes, offsets relative to the end of the header.
+//
+// read_safetensors maps the file and returns CPU tensors that view the
+// mapping (it stays alive while any tensor does). Every malformed or
+// truncated file throws c10::Error naming the file and, where it applies,
+// the tensor. write_safetensors writes to "<path>.tmp" then renames, so a
+// reader never sees a half-written file.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace slipstream {
+
+struct SafetensorsFile {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;  // in file order
+  std::map<std::string, std::string> metadata;
+
+  // The tensor named `name`; throws naming the file's path and the name.
+  const at::Tensor& at(const std::string& name) const;
+  bool contains(const std::string& name) const;
+  std::string path;
+};
+
+SafetensorsFile read_safetensors(const std::string& path);
+
+void write_safetensors(const std::string& path,
+                       const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+// Writes `bytes` to `path` through "<path>.tmp" + fsync + rename.
+void write_file_atomically(const std::string& path, const std::string& bytes);
+
+}  // namespace slipstream

@@ -1,0 +1,106 @@
+// Transolver against PhysicsNeMo's own: parameter count of the volume config,
+// and the fixture's forward output and every gradient (fp32, CPU).
+#include "aero/model/transolver.h"
+#include "core/io/safetensors.h"
+#include "support/test_support.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace slipstream::aero {
+namespace {
+
+TEST(TransolverTest, VolumeConfigHas8964709Parameters) {
+  Transolver model(TransolverOptions{});
+  EXPECT_EQ(model->parameter_count(), 8964709);
+}
+
+TEST(TransolverTest, ParameterNamesAndShapesMatchPhysicsNeMo) {
+  std::ifstream in(testing::fixtures_dir() + "/transolver_volume_params.txt");
+  ASSERT_TRUE(in.good()) << "missing fixture transolver_volume_params.txt";
+  Transolver model(TransolverOptions{});
+  std::map<std::string, std::string> ours;
+  for (const auto& p : model->named_parameters()) {
+    std::ostringstream shape;
+    shape << "[";
+    for (int64_t i = 0; i < p.value().dim(); ++i) shape << (i ? ", " : "") << p.value().size(i);
+    shape << "]";
+    ours[p.key()] = shape.str();
+  }
+  size_t listed = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("total ", 0) == 0) {
+      EXPECT_EQ(std::stoll(line.substr(6)), model->parameter_count());
+      continue;
+    }
+    const auto space = line.find(' ');
+    const std::string name = line.substr(0, space);
+    ASSERT_TRUE(ours.count(name)) << name;
+    EXPECT_EQ(ours[name], line.substr(space + 1)) << name;
+    ++listed;
+  }
+  EXPECT_EQ(listed, ours.size());
+}
+
+TransolverOptions small_options(const SafetensorsFile& f) {
+  const auto cfg = nlohmann::json::parse(f.metadata.at("config"));
+  TransolverOptions o;
+  o.functional_dim = cfg["functional_dim"];
+  o.embedding_dim = cfg["embedding_dim"];
+  o.out_dim = cfg["out_dim"];
+  o.n_layers = cfg["n_layers"];
+  o.n_hidden = cfg["n_hidden"];
+  o.n_head = cfg["n_head"];
+  o.slice_num = cfg["slice_num"];
+  o.mlp_ratio = cfg["mlp_ratio"];
+  return o;
+}
+
+double relative_error(const torch::Tensor& got, const torch::Tensor& want) {
+  return ((got - want).norm() / want.norm().clamp_min(1e-30)).item<double>();
+}
+
+TEST(TransolverTest, ReproducesPhysicsNeMoOutputAndGradients) {
+  const auto f = read_safetensors(testing::fixtures_dir() + "/transolver_small.safetensors");
+  Transolver model(small_options(f));
+  std::map<std::string, torch::Tensor> named(f.tensors.begin(), f.tensors.end());
+  model->load_named(named, "param.");
+  auto out = model->forward(f.at("input.embedding"), f.at("input.fx"));
+  EXPECT_LT(relative_error(out, f.at("output")), 1e-5);
+  auto loss = out.pow(2).mean();
+  EXPECT_NEAR(loss.item<double>(), std::stod(f.metadata.at("loss")), 1e-5);
+  loss.backward();
+  for (const auto& p : model->named_parameters()) {
+    const auto& want = f.at("grad." + p.key());
+    ASSERT_TRUE(p.value().grad().defined()) << p.key();
+    EXPECT_LT(relative_error(p.value().grad(), want), 2e-5) << p.key();
+  }
+}
+
+TEST(TransolverTest, LoadNamedRejectsAMissingOrMisshapenTensor) {
+  Transolver model(TransolverOptions{});
+  std::map<std::string, torch::Tensor> none;
+  try {
+    model->load_named(none);
+    FAIL();
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("preprocess.layers.0.weight"), std::string::npos);
+  }
+}
+
+TEST(TransolverTest, InitialisationFollowsTheRecipe) {
+  torch::manual_seed(0);
+  Transolver model(TransolverOptions{});
+  auto w = model->preprocess->layers[0]->as<torch::nn::Linear>()->weight;
+  EXPECT_NEAR(w.std().item<double>(), 0.02, 0.001);
+  EXPECT_EQ(model->preprocess->layers[0]->as<torch::nn::Linear>()->bias.abs().sum().item<double>(), 0.0);
+  auto attn = model->blocks[0]->as<TransolverBlock>()->Attn;
+  EXPECT_TRUE(torch::all(attn->temperature == 0.5).item<bool>());
+}
+
+}  // namespace
+}  // namespace slipstream::aero
