@@ -1,0 +1,51 @@
+// LossCalculator and metrics, as the recipe computes them, in fp32, without
+// reading anything back to the host: every result is an on-device 0-d tensor.
+//
+// Loss per field (type huber with delta 1, mse, or rmse = mse / mean(t^2)):
+// the sum of its per-component losses; the total is sum_f w_f * loss_f over
+// the total channel count. Metrics per scalar field, per vector component
+// (velocity_x_l2) and per vector field (velocity_l2):
+//   l1 = sum|p-t| / sum|t|,  l2 = ||p-t|| / ||t||,  mae = mean|p-t|.
+// Optional per-point weights (cell area or volume) weight every sum. With
+// mask_nonfinite, targets that are NaN or Inf are left out of every sum, and
+// each metric carries its count of finite targets into the readback.
+#pragma once
+
+#include "aero/loss/target_fields.h"
+#include "core/readback/step_scalars.h"
+
+#include <torch/types.h>
+
+#include <string>
+#include <vector>
+
+namespace slipstream::aero {
+
+struct LossOptions {
+  std::string type = "huber";  // huber | mse | rmse
+  bool mask_nonfinite = false;
+  std::vector<TargetField> fields = default_target_fields();
+  std::vector<std::string> metrics = {"l1", "l2", "mae"};
+};
+
+struct LossResult {
+  torch::Tensor total;       // 0-d fp32, differentiable
+  StepScalars scalars;       // "loss", "loss/<field>", then the metrics
+};
+
+class LossCalculator {
+ public:
+  explicit LossCalculator(LossOptions options);
+  // prediction, target: (B, N, C) or (N, C); weights: (B, N), (N) or undefined.
+  LossResult compute(const torch::Tensor& prediction, const torch::Tensor& target,
+                     const torch::Tensor& weights = {}) const;
+  const LossOptions& options() const { return options_; }
+  // The keys compute() reports, in order.
+  std::vector<std::string> keys() const;
+
+ private:
+  LossOptions options_;
+  int64_t channels_;
+};
+
+}  // namespace slipstream::aero

@@ -1,0 +1,67 @@
+// Muon against torch.optim.Muon (the fixture), AdamW against its closed form.
+#include "aero/optim/muon_adamw.h"
+#include "core/io/safetensors.h"
+#include "support/test_support.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+namespace slipstream::aero {
+namespace {
+
+double relative_error(const torch::Tensor& got, const torch::Tensor& want) {
+  return ((got - want).norm() / want.norm()).item<double>();
+}
+
+TEST(MuonTest, TwoStepsMatchTorchOptimMuon) {
+  const auto f = read_safetensors(testing::fixtures_dir() + "/muon_two_steps.safetensors");
+  for (const std::string m : {"wide", "tall"}) {
+    auto param = f.at(m + ".param0").clone();
+    auto buffer = torch::zeros_like(param);
+    MuonOptions o;
+    muon_update(param, f.at(m + ".grad1"), buffer, 0.02, 0.1, o);
+    const double e1 = relative_error(param, f.at(m + ".param1"));
+    muon_update(param, f.at(m + ".grad2"), buffer, 0.02, 0.1, o);
+    const double e2 = relative_error(param, f.at(m + ".param2"));
+    EXPECT_LT(e1, 1e-6) << m;
+    EXPECT_LT(e2, 1e-6) << m;
+    // The step moved the parameter: the comparison is not vacuous.
+    EXPECT_GT(relative_error(f.at(m + ".param0"), f.at(m + ".param2")), 1e-3) << m;
+  }
+}
+
+TEST(MuonTest, OrthogonalisedUpdateHasSingularValuesNearOne) {
+  torch::manual_seed(0);
+  auto g = torch::randn({32, 64});
+  auto o = newton_schulz_orthogonalize(g, MuonOptions{}).to(torch::kFloat);
+  auto s = torch::linalg_svdvals(o);
+  EXPECT_GT(s.min().item<double>(), 0.5);
+  EXPECT_LT(s.max().item<double>(), 1.3);
+}
+
+TEST(MuonAdamWTest, SplitsMatricesFromTheRestAndAdamWMatchesTheClosedForm) {
+  auto w = torch::randn({4, 3}, torch::requires_grad());
+  auto b = torch::randn({3}, torch::requires_grad());
+  OptimizerOptions opts;
+  opts.lr = 0.1;
+  opts.weight_decay = 0.01;
+  MuonAdamW opt({{"w", w}, {"b", b}}, opts);
+  EXPECT_EQ(opt.muon_parameter_count(), 1u);
+  EXPECT_EQ(opt.adamw_parameter_count(), 1u);
+  auto b0 = b.detach().clone();
+  (w.sum() + (b * b).sum()).backward();
+  auto g = b.grad().clone();
+  opt.step();
+  // First AdamW step: m = (1-b1) g, v = (1-b2) g^2, bias-corrected to g and g^2.
+  auto expected = b0 * (1 - 0.1 * 0.01) - 0.1 * g / (g.abs() + 1e-8);
+  EXPECT_LT((b.detach() - expected).abs().max().item<double>(), 1e-6);
+  // State round trip.
+  std::map<std::string, torch::Tensor> state;
+  for (auto& [k, v] : opt.state_tensors()) state[k] = v.clone();
+  MuonAdamW other({{"w", w}, {"b", b}}, opts);
+  other.load_state_tensors(state);
+  EXPECT_EQ(other.steps_taken(), 1);
+}
+
+}  // namespace
+}  // namespace slipstream::aero
