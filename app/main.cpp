@@ -1,1 +1,111 @@
-int main() { return 0; }
+// slipstream: the command-line front end. Thin: parses arguments and hands
+// off to the aero recipe.
+//   slipstream train [key=value ...]
+//   slipstream bench [key=value ...]
+//   slipstream info  [key=value ...]
+//   slipstream make-synthetic --out DIR [key=value ...]
+#include "aero/config/config.h"
+#include "aero/data/dataset.h"
+#include "aero/device/device.h"
+#include "aero/model/transolver.h"
+#include "aero/train/bench.h"
+#include "aero/train/trainer.h"
+#include "core/distributed/process_group.h"
+
+#include <CLI/CLI.hpp>
+#include <c10/util/Exception.h>
+
+#include <chrono>
+#include <iostream>
+
+namespace {
+
+using namespace slipstream;
+using namespace slipstream::aero;
+
+int run_train(const std::string& config_dir, const std::vector<std::string>& overrides,
+              bool audit_syncs) {
+  const Config config = Config::load(config_dir, overrides);
+  const TrainSettings settings = resolve_settings(config);
+  const DistributedEnv env = DistributedEnv::from_environment();
+  const c10::Device device = resolve_device(settings.device, env.local_rank);
+  ProcessGroupOptions pg;
+  pg.timeout = std::chrono::seconds(settings.distributed_timeout_s);
+  auto comm = init_process_group(env, device, pg);
+  Trainer trainer(settings, config.to_yaml(), comm.get(), env.local_rank);
+  if (audit_syncs) trainer.set_sync_audit(true);
+  const TrainResult result = trainer.fit();
+  if (env.rank == 0) {
+    std::cout << "Run directory: " << result.run_dir << "\n";
+    if (audit_syncs) std::cout << trainer.sync_audit_report();
+  }
+  return 0;
+}
+
+int run_info(const std::string& config_dir, const std::vector<std::string>& overrides) {
+  const Config config = Config::load(config_dir, overrides);
+  const TrainSettings settings = resolve_settings(config);
+  std::cout << config.to_yaml();
+  Transolver model(settings.model);
+  std::cout << "parameters: " << model->parameter_count() << "\n";
+  return 0;
+}
+
+int run_make_synthetic(const std::string& config_dir, const std::vector<std::string>& overrides,
+                       const std::string& out) {
+  const Config config = Config::load(config_dir, overrides);
+  const TrainSettings s = resolve_settings(config);
+  write_synthetic_directory(out, s.synthetic, s.num_train, s.num_val);
+  std::cout << "Wrote " << s.num_train << " train and " << s.num_val << " val samples of "
+            << s.synthetic.points_per_sample << " points to " << out << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Slipstream: Transolver training for external aerodynamics, with per-step "
+               "logging that never makes the host wait for the GPU"};
+  app.require_subcommand(1);
+  std::string config_dir = default_config_dir();
+  app.add_option("--config-dir", config_dir, "directory holding train.yaml, model/, dataset/");
+  std::vector<std::string> overrides;
+
+  auto* train = app.add_subcommand("train", "train a model (key=value overrides the config)");
+  bool audit_syncs = false;
+  train->add_flag("--audit-syncs", audit_syncs,
+                  "count synchronizing CUDA calls per step and attribute them to a phase");
+  train->add_option("overrides", overrides, "key=value config overrides");
+
+  auto* bench = app.add_subcommand("bench", "time train steps per readback policy");
+  BenchOptions bench_opts;
+  bench->add_option("--rounds", bench_opts.rounds, "rounds of interleaved policies");
+  bench->add_option("--steps", bench_opts.steps_per_round, "timed steps per policy and round");
+  bench->add_option("--warmup", bench_opts.warmup_steps, "untimed steps before each timed block");
+  bench->add_option("--policies", bench_opts.policies, "readback policies to compare");
+  bench->add_flag("--audit-syncs", bench_opts.audit_syncs, "count synchronizing CUDA calls");
+  bench->add_option("overrides", overrides, "key=value config overrides");
+
+  auto* info = app.add_subcommand("info", "print the resolved config and parameter count");
+  info->add_option("overrides", overrides, "key=value config overrides");
+
+  auto* synth = app.add_subcommand("make-synthetic", "write the synthetic dataset to disk");
+  std::string out;
+  synth->add_option("--out", out, "output directory")->required();
+  synth->add_option("overrides", overrides, "key=value config overrides");
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*train) return run_train(config_dir, overrides, audit_syncs);
+    if (*bench) return run_bench(config_dir, overrides, bench_opts);
+    if (*info) return run_info(config_dir, overrides);
+    if (*synth) return run_make_synthetic(config_dir, overrides, out);
+  } catch (const c10::Error& e) {
+    std::cerr << "slipstream: error: " << e.what_without_backtrace() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "slipstream: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,248 @@
+#include "aero/config/config.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+namespace slipstream::aero {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kGroups[] = {"model", "dataset"};
+
+std::vector<std::string> split(const std::string& key) {
+  std::vector<std::string> parts;
+  std::stringstream ss(key);
+  for (std::string part; std::getline(ss, part, '.');) parts.push_back(part);
+  return parts;
+}
+
+void collect_leaves(const YAML::Node& node, const std::string& prefix,
+                    std::vector<std::string>& out) {
+  if (node.IsMap()) {
+    for (const auto& kv : node) {
+      const std::string k = kv.first.as<std::string>();
+      collect_leaves(kv.second, prefix.empty() ? k : prefix + "." + k, out);
+    }
+  } else {
+    out.push_back(prefix);
+  }
+}
+
+YAML::Node load_file(const std::string& path) {
+  TORCH_CHECK(fs::is_regular_file(path), "config: file '", path, "' does not exist");
+  try {
+    return YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    TORCH_CHECK(false, "config: '", path, "' is not valid YAML: ", e.what());
+  }
+}
+
+std::vector<std::string> group_choices(const std::string& dir, const std::string& group) {
+  std::vector<std::string> names;
+  if (fs::is_directory(dir + "/" + group)) {
+    for (const auto& e : fs::directory_iterator(dir + "/" + group)) {
+      if (e.path().extension() == ".yaml") names.push_back(e.path().stem().string());
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string closest(const std::string& key, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = static_cast<size_t>(-1);
+  for (const auto& c : candidates) {
+    const size_t d = edit_distance(key, c);
+    if (d < best_d) {
+      best_d = d;
+      best = c;
+    }
+  }
+  return best;
+}
+
+std::string join(const std::vector<std::string>& xs) {
+  std::string out;
+  for (const auto& x : xs) out += (out.empty() ? "" : ", ") + x;
+  return out;
+}
+
+// Parses `text` as the type of `existing`; throws naming the key.
+YAML::Node typed_value(const std::string& key, const YAML::Node& existing, const std::string& text) {
+  YAML::Node parsed;
+  try {
+    parsed = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    TORCH_CHECK(false, "config: value '", text, "' for '", key, "' is not valid YAML");
+  }
+  if (!existing.IsDefined() || existing.IsNull()) return parsed;
+  TORCH_CHECK(!existing.IsMap(), "config: '", key,
+              "' is a section, not a value; set one of its keys (e.g. ", key, ".<name>=...)");
+  if (existing.IsSequence()) {
+    TORCH_CHECK(parsed.IsSequence(), "config: '", key, "' expects a list like [a, b], got '",
+                text, "'");
+    return parsed;
+  }
+  const std::string old = existing.as<std::string>();
+  auto is_int = [](const YAML::Node& n) {
+    int64_t v;
+    return n.IsScalar() && YAML::convert<int64_t>::decode(n, v);
+  };
+  auto is_float = [](const YAML::Node& n) {
+    double v;
+    return n.IsScalar() && YAML::convert<double>::decode(n, v);
+  };
+  auto is_bool = [](const YAML::Node& n) {
+    bool v;
+    return n.IsScalar() && YAML::convert<bool>::decode(n, v);
+  };
+  if (is_bool(existing)) {
+    TORCH_CHECK(is_bool(parsed), "config: '", key, "' expects true or false, got '", text, "'");
+  } else if (is_int(existing)) {
+    TORCH_CHECK(is_int(parsed), "config: '", key, "' expects an integer, got '", text, "'");
+  } else if (is_float(existing)) {
+    TORCH_CHECK(is_float(parsed), "config: '", key, "' expects a number, got '", text, "'");
+  }
+  (void)old;
+  return parsed;
+}
+
+}  // namespace
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1] ? 1 : 0)});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string default_config_dir() {
+  if (const char* env = std::getenv("SLIPSTREAM_CONFIG_DIR")) return env;
+  if (fs::is_regular_file("configs/train.yaml")) return "configs";
+#ifdef SLIPSTREAM_SOURCE_CONFIG_DIR
+  return SLIPSTREAM_SOURCE_CONFIG_DIR;
+#else
+  return "configs";
+#endif
+}
+
+Config Config::load(const std::string& dir, const std::vector<std::string>& overrides) {
+  Config cfg;
+  YAML::Node root = load_file(dir + "/train.yaml");
+  YAML::Node defaults = root["defaults"];
+  std::map<std::string, std::string> picks;
+  for (const char* g : kGroups) {
+    TORCH_CHECK(defaults && defaults[g], "config: '", dir, "/train.yaml' needs defaults.", g);
+    picks[g] = defaults[g].as<std::string>();
+  }
+  // Group picks first (model=NAME), so that key overrides apply to the pick.
+  std::vector<std::pair<std::string, std::string>> key_values;
+  for (const auto& o : overrides) {
+    const auto eq = o.find('=');
+    TORCH_CHECK(eq != std::string::npos && eq > 0, "config: override '", o,
+                "' is not of the form key=value");
+    const std::string key = o.substr(0, eq), value = o.substr(eq + 1);
+    if (picks.count(key)) {
+      const auto choices = group_choices(dir, key);
+      TORCH_CHECK(std::find(choices.begin(), choices.end(), value) != choices.end(), "config: ",
+                  key, "='", value, "' is not one of: ", join(choices),
+                  choices.empty() ? "" : " (closest: '" + closest(value, choices) + "')");
+      picks[key] = value;
+    } else {
+      key_values.emplace_back(key, value);
+    }
+  }
+  root.remove("defaults");
+  YAML::Node chosen;
+  for (const auto& [g, name] : picks) {
+    root[g] = load_file(dir + "/" + g + "/" + name + ".yaml");
+    chosen[g] = name;
+  }
+  root["defaults"] = chosen;
+  cfg.root_ = root;
+  const auto leaves = cfg.leaf_keys();
+  for (const auto& [key, value] : key_values) {
+    TORCH_CHECK(key.rfind("defaults", 0) != 0, "config: set a group with ",
+                key.substr(key.find('.') + 1), "=NAME, not ", key);
+    const auto parts = split(key);
+    YAML::Node node = cfg.root_;
+    bool exists = true;
+    for (const auto& p : parts) {
+      if (!node.IsMap() || !node[p]) {
+        exists = false;
+        break;
+      }
+      node.reset(node[p]);
+    }
+    TORCH_CHECK(exists, "config: unknown key '", key, "' (closest valid key: '",
+                closest(key, leaves), "')");
+    YAML::Node parsed = typed_value(key, node, value);
+    YAML::Node parent = cfg.root_;
+    for (size_t i = 0; i + 1 < parts.size(); ++i) parent.reset(parent[parts[i]]);
+    parent[parts.back()] = parsed;
+  }
+  return cfg;
+}
+
+YAML::Node Config::lookup(const std::string& key) const {
+  YAML::Node node = YAML::Clone(root_);
+  for (const auto& p : split(key)) {
+    if (!node.IsMap() || !node[p]) return YAML::Node(YAML::NodeType::Undefined);
+    node.reset(node[p]);
+  }
+  return node;
+}
+
+bool Config::has(const std::string& key) const { return lookup(key).IsDefined(); }
+
+bool Config::is_null(const std::string& key) const {
+  auto n = lookup(key);
+  TORCH_CHECK(n.IsDefined(), "config: missing key '", key, "'");
+  return n.IsNull();
+}
+
+template <class T>
+T Config::get(const std::string& key) const {
+  auto n = lookup(key);
+  TORCH_CHECK(n.IsDefined(), "config: missing key '", key, "'");
+  try {
+    return n.as<T>();
+  } catch (const YAML::Exception&) {
+    TORCH_CHECK(false, "config: key '", key, "' has value '", YAML::Dump(n),
+                "' of the wrong type");
+  }
+}
+
+template int64_t Config::get<int64_t>(const std::string&) const;
+template int Config::get<int>(const std::string&) const;
+template double Config::get<double>(const std::string&) const;
+template bool Config::get<bool>(const std::string&) const;
+template std::string Config::get<std::string>(const std::string&) const;
+template std::vector<std::string> Config::get<std::vector<std::string>>(const std::string&) const;
+template std::vector<double> Config::get<std::vector<double>>(const std::string&) const;
+
+std::string Config::to_yaml() const {
+  YAML::Emitter out;
+  out << root_;
+  return std::string(out.c_str()) + "\n";
+}
+
+std::vector<std::string> Config::leaf_keys() const {
+  std::vector<std::string> out;
+  collect_leaves(root_, "", out);
+  return out;
+}
+
+}  // namespace slipstream::aero

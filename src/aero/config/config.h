@@ -1,0 +1,52 @@
+// Config: the recipe's YAML tree, laid out like its Hydra configs.
+//
+// configs/train.yaml holds the run (schedule, precision, logging) and a
+// `defaults` map naming the group files to merge: `model: transolver_small`
+// loads configs/model/transolver_small.yaml under the key `model`, and so on
+// for `dataset`. Overrides `key.sub=value` then apply, in order:
+//   - `model=NAME` (a group name alone) picks configs/model/NAME.yaml;
+//   - any other key must already exist in the tree (an unknown key is an
+//     error naming it and the closest valid key), and its value must parse
+//     as the existing value's type (int, float, bool, string; null takes
+//     any scalar).
+// All checks happen before any work starts.
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <string>
+#include <vector>
+
+namespace slipstream::aero {
+
+class Config {
+ public:
+  // Loads `dir`/train.yaml, merges the default groups, applies overrides.
+  static Config load(const std::string& dir, const std::vector<std::string>& overrides);
+
+  // Typed access by dotted key; throws naming the key when it is missing or
+  // of the wrong type.
+  template <class T>
+  T get(const std::string& key) const;
+  bool is_null(const std::string& key) const;
+  bool has(const std::string& key) const;
+
+  // The resolved tree as YAML text (written to the run directory).
+  std::string to_yaml() const;
+  const YAML::Node& root() const { return root_; }
+  // Every leaf key, dotted.
+  std::vector<std::string> leaf_keys() const;
+
+ private:
+  YAML::Node lookup(const std::string& key) const;
+  YAML::Node root_;
+};
+
+// The configs directory: $SLIPSTREAM_CONFIG_DIR, else ./configs if present,
+// else the source tree's configs/.
+std::string default_config_dir();
+
+// Levenshtein distance (for "did you mean").
+size_t edit_distance(const std::string& a, const std::string& b);
+
+}  // namespace slipstream::aero

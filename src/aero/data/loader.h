@@ -1,0 +1,90 @@
+// PrefetchLoader: while the device runs step i, a background thread prepares
+// sample i+1 — loads it, subsamples `sampling_resolution` points, builds the
+// model's inputs and targets, pins them (CUDA) and copies them to the device
+// on a side stream. next() makes the current stream wait for that copy (an
+// event wait on the device, not on the host) and tells the allocator the
+// tensors are used on the current stream. A worker exception is rethrown by
+// next() on the training thread, in order.
+//
+// Batch layout (batch size 1): embedding (1,N,7) = [points, sdf, normals],
+// fx (1,N,3) = U_inf on every point, target (1,N,C) = the target fields in
+// order, weights (1,N) = cell volumes when asked for, else undefined.
+#pragma once
+
+#include "aero/data/dataset.h"
+
+#include <c10/core/Device.h>
+#include <c10/core/Event.h>
+#include <torch/types.h>
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace slipstream::aero {
+
+struct LoaderOptions {
+  int64_t sampling_resolution = 4096;  // points per step; all if the sample has fewer
+  c10::Device device = c10::Device(c10::kCPU);
+  uint64_t seed = 0;
+  bool volume_weights = false;
+  int prefetch = 2;  // samples prepared ahead
+  std::vector<std::string> target_names{"velocity", "pressure", "nut"};
+};
+
+struct Batch {
+  torch::Tensor embedding, fx, target, weights;
+  size_t sample_index = 0;
+  std::string sample_id;
+};
+
+// The sample order of an epoch for one rank: a permutation of [0, n) drawn
+// from (seed, epoch) when `shuffle`, then every world_size-th entry from
+// `rank`. With drop_last each rank gets floor(n / world) samples; without,
+// ceil(n / world), padding by wrapping around. Same length on every rank.
+std::vector<size_t> epoch_order(size_t n, int64_t epoch, uint64_t seed, bool shuffle, int rank,
+                                int world_size, bool drop_last);
+
+// Builds a batch on the host from a sample (subsampling with `generator_seed`).
+Batch make_host_batch(const Sample& sample, const LoaderOptions& options, uint64_t generator_seed);
+
+class PrefetchLoader {
+ public:
+  PrefetchLoader(std::shared_ptr<const Dataset> dataset, std::vector<size_t> order,
+                 LoaderOptions options, int64_t epoch);
+  ~PrefetchLoader();
+  PrefetchLoader(const PrefetchLoader&) = delete;
+  PrefetchLoader& operator=(const PrefetchLoader&) = delete;
+
+  size_t size() const { return order_.size(); }
+  bool has_next() const { return consumed_ < order_.size(); }
+  // The next batch, on the device; rethrows the worker's exception.
+  Batch next();
+
+ private:
+  struct Item {
+    Batch batch;
+    std::optional<c10::Event> ready;
+    std::exception_ptr error;
+  };
+  void run();
+
+  std::shared_ptr<const Dataset> dataset_;
+  std::vector<size_t> order_;
+  LoaderOptions options_;
+  int64_t epoch_;
+  size_t consumed_ = 0;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Item> queue_;
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+}  // namespace slipstream::aero

@@ -1,0 +1,32 @@
+// The built-in synthetic dataset: potential flow past a sphere, so that the
+// fields are physics, not noise, and a model can learn them.
+//
+// Sample i (deterministic from seed and i): a sphere of radius a in
+// [0.5, 1.0] centred near the origin, free stream U of speed [0.6, 1.4] whose
+// direction is yawed up to +-30 degrees and pitched up to +-10 degrees from +x.
+// Points are uniform in the box [-4, 4]^3 outside the sphere. With r the
+// offset from the centre:
+//   velocity u = U (1 + a^3 / (2 r^3)) - 3 a^3 (U.r) r / (2 r^5)
+//   pressure p = (|U|^2 - |u|^2) / 2          (Bernoulli, rho = 1, p_inf = 0)
+//   nut      a smooth wake: grows downstream of the sphere, Gaussian across
+//   sdf      |r| - a, sdf_normals r / |r|; volume: box volume / N
+#pragma once
+
+#include "aero/data/sample.h"
+
+#include <cstdint>
+
+namespace slipstream::aero {
+
+struct SyntheticOptions {
+  int64_t points_per_sample = 20000;
+  uint64_t seed = 1234;
+};
+
+Sample make_synthetic_sample(int64_t index, const SyntheticOptions& options);
+
+// The analytic velocity of potential flow past a sphere (for tests).
+torch::Tensor sphere_potential_flow_velocity(const torch::Tensor& offsets, double radius,
+                                             const torch::Tensor& u_inf);
+
+}  // namespace slipstream::aero
