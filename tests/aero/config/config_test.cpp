@@ -1,0 +1,65 @@
+#include "aero/config/config.h"
+#include "aero/train/train_settings.h"
+
+#include <gtest/gtest.h>
+
+namespace slipstream::aero {
+namespace {
+
+const std::string kDir = std::string(SLIPSTREAM_SOURCE_DIR) + "/configs";
+
+std::string error_of(const std::vector<std::string>& overrides) {
+  try {
+    resolve_settings(Config::load(kDir, overrides));
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  }
+  return "";
+}
+
+TEST(ConfigTest, DefaultsResolve) {
+  const auto c = Config::load(kDir, {});
+  const auto s = resolve_settings(c);
+  EXPECT_EQ(c.get<std::string>("defaults.model"), "transolver_small");
+  EXPECT_EQ(s.model.n_hidden, 64);
+  EXPECT_EQ(s.readback, ReadbackPolicy::kAsync);
+  EXPECT_EQ(s.targets, (std::vector<std::string>{"velocity", "pressure", "nut"}));
+}
+
+TEST(ConfigTest, OverridesPickGroupFilesAndSetKeys) {
+  const auto c = Config::load(kDir, {"model=transolver_volume", "model.n_layers=3",
+                                     "training.num_epochs=2", "run_id=x", "optimizer.lr=0.01"});
+  const auto s = resolve_settings(c);
+  EXPECT_EQ(s.model.n_hidden, 256);
+  EXPECT_EQ(s.model.n_layers, 3);
+  EXPECT_EQ(s.num_epochs, 2);
+  EXPECT_EQ(s.run_id, "x");
+  EXPECT_DOUBLE_EQ(s.optimizer.lr, 0.01);
+  EXPECT_NE(c.to_yaml().find("n_layers: 3"), std::string::npos);
+}
+
+TEST(ConfigTest, UnknownKeyNamesTheClosestValidKey) {
+  const auto msg = error_of({"training.num_epoch=3"});
+  EXPECT_NE(msg.find("'training.num_epoch'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'training.num_epochs'"), std::string::npos) << msg;
+}
+
+TEST(ConfigTest, BadValuesNameTheKey) {
+  EXPECT_NE(error_of({"training.num_epochs=two"}).find("training.num_epochs"), std::string::npos);
+  EXPECT_NE(error_of({"training.num_epochs=0"}).find("training.num_epochs"), std::string::npos);
+  EXPECT_NE(error_of({"loss.type=l3"}).find("loss.type"), std::string::npos);
+  EXPECT_NE(error_of({"training.readback=sometimes"}).find("sometimes"), std::string::npos);
+  const auto model = error_of({"model=transolver_volum"});
+  EXPECT_NE(model.find("transolver_volume"), std::string::npos) << model;
+  EXPECT_NE(error_of({"novalue"}).find("key=value"), std::string::npos);
+  EXPECT_NE(error_of({"model.n_head=7"}).find("divisible"), std::string::npos);
+}
+
+TEST(ConfigTest, EditDistance) {
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
+  EXPECT_EQ(edit_distance("", "abc"), 3u);
+  EXPECT_EQ(edit_distance("same", "same"), 0u);
+}
+
+}  // namespace
+}  // namespace slipstream::aero

@@ -1,0 +1,148 @@
+// The trainer end to end on CPU: every step logged once, in order, with its
+// own lr; TensorBoard files that read back; checkpoints and resume; and an
+// exception mid-epoch that logs the landed steps and propagates.
+#include "aero/train/checkpoint.h"
+#include "aero/train/trainer.h"
+#include "core/sinks/event_file_writer.h"
+#include "support/test_support.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+
+namespace slipstream::aero {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> tiny(const std::string& out, std::vector<std::string> extra = {}) {
+  std::vector<std::string> o = {"model.n_layers=1",          "model.n_hidden=32",
+                                "model.n_head=2",            "model.slice_num=8",
+                                "dataset.num_train=6",       "dataset.num_val=2",
+                                "dataset.points_per_sample=600", "dataset.sampling_resolution=256",
+                                "training.num_epochs=2",     "output_dir=" + out,
+                                "run_id=r",                  "logging.console_every_n_steps=100"};
+  o.insert(o.end(), extra.begin(), extra.end());
+  return o;
+}
+
+Trainer make_trainer(const std::vector<std::string>& overrides) {
+  const auto c = Config::load(std::string(SLIPSTREAM_SOURCE_DIR) + "/configs", overrides);
+  return Trainer(resolve_settings(c), c.to_yaml());
+}
+
+std::vector<nlohmann::json> records(const std::string& path, const std::string& kind) {
+  std::vector<nlohmann::json> out;
+  for (const auto& line : testing::read_lines(path)) {
+    auto j = nlohmann::json::parse(line);
+    if (j["kind"] == kind) out.push_back(j);
+  }
+  return out;
+}
+
+TEST(TrainerTest, LogsEveryStepOnceInOrderAndResumes) {
+  testing::TempDir dir;
+  {
+    Trainer t = make_trainer(tiny(dir.path()));
+    const auto result = t.fit();
+    ASSERT_EQ(result.train.size(), 2u);
+    ASSERT_EQ(result.val.size(), 2u);
+  }
+  const std::string run = dir.path() + "/r";
+  auto steps = records(run + "/metrics.jsonl", "train_step");
+  ASSERT_EQ(steps.size(), 12u);
+  for (int i = 0; i < 12; ++i) {
+    EXPECT_EQ(steps[i]["global_step"], i);
+    EXPECT_TRUE(steps[i].contains("lr"));
+    EXPECT_GT(steps[i]["step_time_s"].get<double>(), 0.0);
+    EXPECT_TRUE(steps[i].contains("loss/velocity"));
+    EXPECT_TRUE(steps[i].contains("pressure_l2"));
+    EXPECT_TRUE(std::isfinite(steps[i]["loss"].get<double>()));
+  }
+  EXPECT_EQ(records(run + "/metrics.jsonl", "val_step").size(), 4u);
+  EXPECT_EQ(records(run + "/metrics.jsonl", "train_summary").size(), 2u);
+  auto summary = records(run + "/metrics.jsonl", "train_summary")[0];
+  EXPECT_TRUE(summary.contains("epoch_seconds"));
+  EXPECT_TRUE(summary.contains("peak_memory_gib"));
+  EXPECT_EQ(records(run + "/metrics.jsonl", "config").size(), 1u);
+  EXPECT_TRUE(fs::exists(run + "/resolved_config.yaml"));
+
+  // TensorBoard: every train step's scalars, read back with CRC checks.
+  std::vector<std::string> tb_files;
+  for (const auto& e : fs::directory_iterator(run + "/tb/train")) tb_files.push_back(e.path());
+  ASSERT_EQ(tb_files.size(), 1u);
+  const auto events = read_event_file(tb_files[0]);
+  int64_t step_events = 0;
+  for (const auto& ev : events) {
+    for (const auto& [tag, v] : ev.scalars) {
+      if (tag == "iteration/loss/total") {
+        EXPECT_EQ(ev.step, step_events++);
+      }
+    }
+  }
+  EXPECT_EQ(step_events, 12);
+  ASSERT_FALSE(fs::is_empty(run + "/tb/val"));
+
+  // Checkpoints, then resume into a third epoch.
+  EXPECT_EQ(list_checkpoints(run + "/checkpoints").size(), 2u);
+  {
+    Trainer t = make_trainer(tiny(dir.path(), {"training.num_epochs=3"}));
+    const auto result = t.fit();
+    EXPECT_EQ(result.start_epoch, 2);
+    EXPECT_EQ(result.train.size(), 1u);
+  }
+  steps = records(run + "/metrics.jsonl", "train_step");
+  ASSERT_EQ(steps.size(), 18u);
+  for (int i = 0; i < 18; ++i) EXPECT_EQ(steps[i]["global_step"], i);
+  for (const auto& e : fs::recursive_directory_iterator(run)) {
+    EXPECT_NE(e.path().extension(), ".tmp") << "temp file left behind: " << e.path();
+  }
+}
+
+TEST(TrainerTest, EachStepLogsTheLearningRateOfItsOwnStep) {
+  testing::TempDir dir;
+  Trainer t = make_trainer(tiny(dir.path(), {"training.num_epochs=1", "scheduler.interval=step",
+                                             "scheduler.step_size=1", "scheduler.gamma=0.5",
+                                             "training.validate=false"}));
+  t.fit();
+  const auto steps = records(dir.path() + "/r/metrics.jsonl", "train_step");
+  ASSERT_EQ(steps.size(), 6u);
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_DOUBLE_EQ(steps[i]["lr"].get<double>(), 0.001 * std::pow(0.5, i)) << "step " << i;
+  }
+}
+
+TEST(TrainerTest, AnExceptionMidEpochLogsTheLandedStepsAndPropagates) {
+  testing::TempDir dir;
+  Trainer t = make_trainer(tiny(dir.path(), {"training.num_epochs=1"}));
+  t.set_step_hook([](int64_t i) {
+    if (i == 4) throw std::runtime_error("simulated out of memory at step 4");
+  });
+  EXPECT_THROW(t.fit(), std::runtime_error);
+  const auto steps = records(dir.path() + "/r/metrics.jsonl", "train_step");
+  ASSERT_EQ(steps.size(), 4u);  // on CPU every earlier step has landed
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(steps[i]["global_step"], i);
+  EXPECT_TRUE(list_checkpoints(dir.path() + "/r/checkpoints").empty());
+}
+
+TEST(TrainerTest, BlockingAndAsyncReadbackLogTheSameValues) {
+  std::vector<std::vector<nlohmann::json>> runs;
+  for (const std::string policy : {"async", "blocking"}) {
+    testing::TempDir dir;
+    Trainer t = make_trainer(tiny(dir.path(), {"training.num_epochs=1", "training.validate=false",
+                                               "training.readback=" + policy}));
+    t.fit();
+    runs.push_back(records(dir.path() + "/r/metrics.jsonl", "train_step"));
+  }
+  ASSERT_EQ(runs[0].size(), runs[1].size());
+  for (size_t i = 0; i < runs[0].size(); ++i) {
+    for (const std::string key : {"loss", "loss/pressure", "velocity_x_l2", "nut_mae"}) {
+      EXPECT_EQ(runs[0][i][key].get<double>(), runs[1][i][key].get<double>()) << key << " step " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace slipstream::aero

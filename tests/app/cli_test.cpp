@@ -1,0 +1,79 @@
+// The slipstream executable as a user runs it: exit codes and messages for
+// bad input, and the volume model's parameter count.
+#include "support/test_support.h"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <sys/wait.h>
+
+namespace slipstream {
+namespace {
+
+struct Run {
+  int code;
+  std::string output;
+};
+
+Run slipstream(const std::string& args) {
+  const char* bin = std::getenv("SLIPSTREAM_BIN");
+  const std::string cmd = std::string(bin ? bin : "slipstream") + " " + args + " 2>&1";
+  Run r{0, ""};
+  FILE* p = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf{};
+  while (fgets(buf.data(), buf.size(), p) != nullptr) r.output += buf.data();
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+const std::string kTiny =
+    " model.n_layers=1 model.n_hidden=32 model.n_head=2 model.slice_num=8 dataset.num_train=2"
+    " dataset.num_val=1 dataset.points_per_sample=400 dataset.sampling_resolution=128"
+    " training.num_epochs=1 ";
+
+TEST(CliTest, InfoPrintsTheVolumeParameterCount) {
+  const auto r = slipstream("info model=transolver_volume");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("parameters: 8964709"), std::string::npos) << r.output;
+}
+
+TEST(CliTest, ConfigTypoFailsNamingTheKeyBeforeAnyWork) {
+  testing::TempDir dir;
+  const auto r = slipstream("train output_dir=" + dir.path() + " run_id=x training.nm_epochs=2");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("training.nm_epochs"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("training.num_epochs"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/x"));
+}
+
+TEST(CliTest, MissingDatasetDirectoryFailsNamingIt) {
+  testing::TempDir dir;
+  const auto r = slipstream("train output_dir=" + dir.path() + " run_id=x dataset.path=" +
+                            dir.path() + "/no-such-data");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("no-such-data"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/x/checkpoints"));
+}
+
+TEST(CliTest, MakeSyntheticThenTrainFromDiskAndFailOnATruncatedSample) {
+  testing::TempDir dir;
+  const std::string data = dir.path() + "/data";
+  auto r = slipstream("make-synthetic --out " + data + kTiny);
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = slipstream("train output_dir=" + dir.path() + " run_id=ok dataset.path=" + data + kTiny);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/ok/checkpoints/checkpoint_epoch_0001.safetensors"));
+
+  const std::string victim = data + "/sample_00001.safetensors";
+  std::filesystem::resize_file(victim, 100);
+  r = slipstream("train output_dir=" + dir.path() + " run_id=bad dataset.path=" + data + kTiny);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find(victim), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/bad/checkpoints"));
+}
+
+}  // namespace
+}  // namespace slipstream
