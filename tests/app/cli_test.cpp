@@ -32,7 +32,7 @@ Run slipstream(const std::string& args) {
 const std::string kTiny =
     " model.n_layers=1 model.n_hidden=32 model.n_head=2 model.slice_num=8 dataset.num_train=2"
     " dataset.num_val=1 dataset.points_per_sample=400 dataset.sampling_resolution=128"
-    " training.num_epochs=1 ";
+    " training.num_epochs=1 device=cpu ";
 
 TEST(CliTest, InfoPrintsTheVolumeParameterCount) {
   const auto r = slipstream("info model=transolver_volume");

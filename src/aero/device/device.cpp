@@ -34,6 +34,10 @@ c10::Device resolve_device(const std::string& name, int local_rank) {
 }
 
 namespace {
+// StatType::AGGREGATE is index 0 in every LibTorch version; the enum's
+// namespace moved between versions, so it is not named here.
+[[maybe_unused]] constexpr size_t kAggregate = 0;
+
 double rss_bytes() {
   std::ifstream statm("/proc/self/statm");
   long pages = 0, resident = 0;
@@ -46,10 +50,7 @@ double memory_in_use_gb(c10::Device device) {
 #ifdef SLIPSTREAM_WITH_CUDA
   if (device.is_cuda()) {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-    return static_cast<double>(
-               stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
-                   .current) /
-           1e9;
+    return static_cast<double>(stats.allocated_bytes[kAggregate].current) / 1e9;
   }
 #endif
   return rss_bytes() / 1e9;
@@ -59,9 +60,7 @@ double peak_memory_gib(c10::Device device) {
 #ifdef SLIPSTREAM_WITH_CUDA
   if (device.is_cuda()) {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-    return static_cast<double>(
-               stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
-                   .peak) /
+    return static_cast<double>(stats.allocated_bytes[kAggregate].peak) /
            (1024.0 * 1024.0 * 1024.0);
   }
 #endif

@@ -63,7 +63,11 @@ class Trainer {
   void set_step_hook(std::function<void(int64_t)> hook) { step_hook_ = std::move(hook); }
 
   // Counts synchronizing CUDA calls per steady-state train step, by phase.
-  void set_sync_audit(bool on) { audit_enabled_ = on; }
+  // Must be called on the training thread (c10's warning handler is per-thread).
+  void set_sync_audit(bool on) {
+    audit_enabled_ = on;
+    if (!on) audit_.stop();
+  }
   std::string sync_audit_report() const;
   const SyncAudit& sync_audit() const { return audit_; }
 

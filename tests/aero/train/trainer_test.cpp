@@ -23,7 +23,8 @@ std::vector<std::string> tiny(const std::string& out, std::vector<std::string> e
                                 "dataset.num_train=6",       "dataset.num_val=2",
                                 "dataset.points_per_sample=600", "dataset.sampling_resolution=256",
                                 "training.num_epochs=2",     "output_dir=" + out,
-                                "run_id=r",                  "logging.console_every_n_steps=100"};
+                                "run_id=r",                  "logging.console_every_n_steps=100",
+                                "device=cpu"};
   o.insert(o.end(), extra.begin(), extra.end());
   return o;
 }

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# One device call: build Slipstream on the GPU image (PyTorch's LibTorch,
+# CUDA, other dependencies from the carried Debian .deb files in .deb/),
+# then run the stages named on the command line, writing logs under $OUT:
+#   build  configure and build into build-gpu/
+#   test   every CTest test (the *_CUDA ones run here, not in CI)
+#   bench  slipstream bench, volume config, Muon+AdamW then AdamW
+#   train  the volume config for a few epochs, then TensorBoard's reader
+#   audit  slipstream train --audit-syncs on the volume config
+# Usage (device tool): bash scripts/device_check.sh build test bench train
+# Carry: .deb (apt-get download of the packages in scripts/device_debs.txt)
+# and .fixtures (a copy of ../shared/fixtures).
+set -uo pipefail
+OUT=${OUT:-/tmp/slipstream-out}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1
+DEPS=/tmp/slipstream-deps
+mkdir -p "$DEPS"
+for f in .deb/*.deb; do dpkg -x "$f" "$DEPS"; done
+export LD_LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+export SLIPSTREAM_FIXTURES_DIR="$PWD/.fixtures"
+BIN=./build-gpu/app/slipstream
+log() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$OUT/summary.txt"; }
+
+stage_build() {
+  local torch_prefix nccl_inc
+  torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+  nccl_inc=$(python3 -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])')/include
+  log "build: torch $(python3 -c 'import torch; print(torch.__version__)'), nccl include $nccl_inc"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee -a "$OUT/summary.txt"
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$torch_prefix;$DEPS/usr" -DSLIPSTREAM_NCCL_INCLUDE="$nccl_inc" \
+    -DSLIPSTREAM_BUILD_BENCHMARKS=OFF -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/cmake.log" 2>&1 \
+    || { log "cmake FAILED"; tail -40 "$OUT/cmake.log"; return 1; }
+  grep -E "slipstream:" "$OUT/cmake.log" | tee -a "$OUT/summary.txt"
+  if ! cmake --build build-gpu -j"$(nproc)" >"$OUT/build.log" 2>&1; then
+    log "build FAILED"; grep -E "error" -A5 "$OUT/build.log" | head -80; return 1
+  fi
+  log "build ok"
+}
+
+stage_test() {
+  (cd build-gpu && ctest --output-on-failure -j4 >"$OUT/ctest.log" 2>&1); local rc=$?
+  tail -25 "$OUT/ctest.log" | tee -a "$OUT/summary.txt"
+  for t in build-gpu/tests/*_CUDA_test; do
+    "$t" 2>&1 | grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|actual|Sync audit" | tee -a "$OUT/summary.txt"
+  done
+  return $rc
+}
+
+stage_bench() {
+  log "bench: volume config, 200k points, Muon+AdamW"
+  $BIN bench --rounds 3 --steps 20 --warmup 10 run_id=bench-muon 2>&1 | grep -vE "^Epoch" | tee -a "$OUT/summary.txt"
+  log "bench: volume config, 200k points, AdamW"
+  $BIN bench --rounds 3 --steps 20 --warmup 10 optimizer.name=adamw run_id=bench-adamw 2>&1 | grep -vE "^Epoch" | tee -a "$OUT/summary.txt"
+}
+
+stage_audit() {
+  log "audit: volume config, 200k points, 30 steps"
+  $BIN train --audit-syncs model=transolver_volume dataset=synthetic_volume training.num_epochs=1 \
+    training.steps_per_epoch=30 training.validate=false run_id=audit 2>&1 | grep -E "Sync audit|error" | tee -a "$OUT/summary.txt"
+}
+
+stage_train() {
+  log "train: volume config, 200k points, bf16, 3 epochs of 16 steps"
+  $BIN train model=transolver_volume dataset=synthetic_volume training.num_epochs=3 \
+    training.steps_per_epoch=16 run_id=volume >"$OUT/train_volume.log" 2>&1
+  local rc=$?
+  grep -vE "^Epoch [0-9]+ \[" "$OUT/train_volume.log" | tail -40 | tee -a "$OUT/summary.txt"
+  cp runs/volume/metrics.jsonl "$OUT/metrics_volume.jsonl" 2>/dev/null
+  python3 scripts/check_tensorboard.py runs/volume 2>&1 | tee -a "$OUT/summary.txt"
+  return $rc
+}
+
+rc=0
+for stage in "$@"; do
+  "stage_$stage" || { rc=1; log "stage $stage failed"; [ "$stage" = build ] && exit 1; }
+done
+exit $rc

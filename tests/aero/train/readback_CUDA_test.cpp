@@ -1,0 +1,142 @@
+// CUDA proof of the readback contract (DESIGN.md §2), run on the device by
+// scripts/device_check.sh; skipped where no GPU is present.
+//   - async readback of real CUDA steps is bitwise equal to a blocking one,
+//     with and without masked targets, and starts/delivers with CUDA's sync
+//     debugging set to "error" (any synchronizing call throws);
+//   - a step that throws while copies are in flight delivers only a prefix
+//     of landed steps, in order, without waiting;
+//   - real training steps (loader, bf16 forward, loss, metrics, backward,
+//     optimizer, readback) make no synchronizing call in the steady state.
+#include "aero/config/config.h"
+#include "aero/device/device.h"
+#include "aero/train/trainer.h"
+#include "core/readback/step_readback.h"
+#include "support/test_support.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstring>
+
+namespace slipstream::aero {
+namespace {
+
+#define SKIP_WITHOUT_CUDA() \
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
+
+// Restores the sync debug mode on scope exit.
+struct SyncDebugScope {
+  int previous = get_sync_debug_mode();
+  explicit SyncDebugScope(int mode) { set_sync_debug_mode(mode); }
+  ~SyncDebugScope() { set_sync_debug_mode(previous); }
+};
+
+StepScalars cuda_step(int64_t step, bool masked, const torch::Tensor& work) {
+  auto opts = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(step);
+  StepScalars s;
+  // Depends on queued work, so the copy cannot land before it finishes.
+  s.add("loss", work.mean() * 0 + torch::rand({}, opts));
+  s.add("loss/pressure", torch::rand({}, opts.dtype(torch::kBFloat16)).to(torch::kFloat));
+  if (masked) {
+    s.add_counted("pressure_l2", torch::rand({}, opts),
+                  torch::full({}, step % 3 == 0 ? 0.0f : 17.0f, opts));
+  }
+  s.add("nut_mae", torch::rand({}, opts));
+  return s;
+}
+
+class ReadbackCudaTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ReadbackCudaTest, AsyncEqualsBlockingBitwiseWithoutAnySync_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  const bool masked = GetParam();
+  auto a = torch::randn({2048, 2048}, torch::kCUDA);
+  std::vector<StepRecord> async_records, blocking_records;
+  StepReadback async_rb([&](const StepRecord& r) { async_records.push_back(r); });
+  StepReadback::Options bo;
+  bo.policy = ReadbackPolicy::kBlocking;
+  StepReadback blocking_rb([&](const StepRecord& r) { blocking_records.push_back(r); }, bo);
+  std::vector<StepScalars> steps;
+  for (int64_t i = 0; i < 20; ++i) {
+    auto work = a;
+    for (int k = 0; k < 4; ++k) work = torch::mm(work, a) / 2048.0;
+    steps.push_back(cuda_step(i, masked, work));
+  }
+  for (int64_t i = 0; i < 20; ++i) {
+    // Warm the pinned-memory cache outside the checked region.
+    if (i == 0) async_rb.start(-1, steps[0]), async_rb.drain(), async_records.clear();
+    {
+      SyncDebugScope error_on_sync(2);
+      async_rb.start(i, steps[i]);
+      async_rb.deliver_landed();
+    }
+  }
+  async_rb.drain();
+  for (int64_t i = 0; i < 20; ++i) blocking_rb.start(i, steps[i]);
+  ASSERT_EQ(async_records.size(), 20u);
+  ASSERT_EQ(blocking_records.size(), 20u);
+  for (size_t i = 0; i < 20; ++i) {
+    EXPECT_EQ(async_records[i].step, static_cast<int64_t>(i));
+    for (size_t k = 0; k < async_records[i].values.size(); ++k) {
+      const double x = async_records[i].values[k].second, y = blocking_records[i].values[k].second;
+      EXPECT_EQ(std::memcmp(&x, &y, sizeof(double)), 0) << "step " << i << " key " << k;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Masking, ReadbackCudaTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Masked" : "Unmasked"; });
+
+TEST(ReadbackCudaErrorTest, ThrowWhileCopiesAreInFlightDeliversOnlyALandedPrefix_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  auto a = torch::randn({4096, 4096}, torch::kCUDA);
+  std::vector<int64_t> delivered;
+  StepReadback rb([&](const StepRecord& r) { delivered.push_back(r.step); });
+  int64_t started = 0;
+  try {
+    ReadbackScope scope(rb);
+    for (int64_t i = 0; i < 12; ++i) {
+      auto work = a;
+      for (int k = 0; k < 3; ++k) work = torch::mm(work, a) / 4096.0;  // keeps the GPU busy
+      rb.start(i, cuda_step(i, true, work));
+      ++started;
+      rb.deliver_landed();
+    }
+    throw std::runtime_error("bad sample at step 12");
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "bad sample at step 12");
+  }
+  EXPECT_EQ(rb.pending(), 0u);
+  EXPECT_LT(delivered.size(), static_cast<size_t>(started))
+      << "the GPU finished everything before the throw; the test proves nothing";
+  for (size_t i = 0; i < delivered.size(); ++i) EXPECT_EQ(delivered[i], static_cast<int64_t>(i));
+  synchronize_device(c10::Device(c10::kCUDA, 0));
+}
+
+TEST(TrainerCudaTest, SteadyStateStepsMakeNoSynchronizingCall_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  testing::TempDir dir;
+  const auto c = Config::load(std::string(SLIPSTREAM_SOURCE_DIR) + "/configs",
+                              {"device=cuda", "dataset.num_train=4", "dataset.num_val=1",
+                               "dataset.points_per_sample=20000", "dataset.sampling_resolution=16384",
+                               "training.steps_per_epoch=12", "output_dir=" + dir.path(), "run_id=r",
+                               "loss.mask_nonfinite=true", "loss.weighting=volume"});
+  Trainer trainer(resolve_settings(c), c.to_yaml());
+  trainer.train_epoch(1);  // warm-up: allocator, pinned memory, cuBLAS handles
+  // Count in warn mode...
+  trainer.set_sync_audit(true);
+  trainer.train_epoch(2);
+  EXPECT_GT(trainer.sync_audit().steady_steps(), 0);
+  EXPECT_EQ(trainer.sync_audit().total(), 0) << trainer.sync_audit_report();
+  trainer.set_sync_audit(false);
+  // ...and in error mode every steady step must still run.
+  trainer.set_step_hook([](int64_t i) {
+    if (i == 2) set_sync_debug_mode(2);
+  });
+  EXPECT_NO_THROW(trainer.train_epoch(3));
+  set_sync_debug_mode(0);
+}
+
+}  // namespace
+}  // namespace slipstream::aero
