@@ -49,6 +49,13 @@ stage_test() {
   return $rc
 }
 
+stage_diag() {
+  for t in jsonl_sink_test; do
+    cuda-gdb -batch -ex run -ex bt "build-gpu/tests/$t" >"$OUT/gdb_$t.log" 2>&1
+    grep -E "^#|signal|SIG" "$OUT/gdb_$t.log" | head -30 | tee -a "$OUT/summary.txt"
+  done
+}
+
 stage_bench() {
   log "bench: volume config, 200k points, Muon+AdamW"
   $BIN bench --rounds 3 --steps 20 --warmup 10 run_id=bench-muon 2>&1 | grep -vE "^Epoch" | tee -a "$OUT/summary.txt"
