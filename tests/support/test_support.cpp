@@ -1,5 +1,9 @@
 #include "support/test_support.h"
 
+#include <ftw.h>
+#include <sys/stat.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -20,10 +24,14 @@ TempDir::TempDir() {
   throw std::runtime_error("TempDir: could not create a temporary directory");
 }
 
-TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-}
+namespace {
+int remove_entry(const char* path, const struct stat*, int, struct FTW*) { return ::remove(path); }
+}  // namespace
+
+// nftw rather than std::filesystem::remove_all: PyTorch 2.11's libtorch.so
+// exports its own std::filesystem::remove_all, which crashes when called
+// from code built with the system's libstdc++ (seen on the GPU image).
+TempDir::~TempDir() { nftw(path_.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
 std::string fixtures_dir() {
   if (const char* env = std::getenv("SLIPSTREAM_FIXTURES_DIR")) return env;
