@@ -10,6 +10,7 @@
 #include "aero/model/transolver.h"
 #include "aero/train/bench.h"
 #include "aero/train/trainer.h"
+#include "core/distributed/launcher.h"
 #include "core/distributed/process_group.h"
 
 #include <CLI/CLI.hpp>
@@ -63,7 +64,40 @@ int run_make_synthetic(const std::string& config_dir, const std::vector<std::str
 
 }  // namespace
 
+// slipstream launch --nproc N [--port P] -- train ...: starts N local ranks.
+int run_launch(int argc, char** argv) {
+  int nproc = 1, port = 29500;
+  std::vector<std::string> rest;
+  bool after_dashes = false;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (after_dashes) {
+      rest.push_back(a);
+    } else if (a == "--") {
+      after_dashes = true;
+    } else if ((a == "--nproc" || a == "--port") && i + 1 < argc) {
+      (a == "--nproc" ? nproc : port) = std::stoi(argv[++i]);
+    } else {
+      std::cerr << "usage: slipstream launch --nproc N [--port P] -- train [key=value ...]\n";
+      return 2;
+    }
+  }
+  if (rest.empty()) {
+    std::cerr << "slipstream launch: nothing to run after --\n";
+    return 2;
+  }
+  return launch_local_ranks(nproc, port, "/proc/self/exe", rest);
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "launch") {
+    try {
+      return run_launch(argc, argv);
+    } catch (const std::exception& e) {
+      std::cerr << "slipstream: error: " << e.what() << "\n";
+      return 1;
+    }
+  }
   CLI::App app{"Slipstream: Transolver training for external aerodynamics, with per-step "
                "logging that never makes the host wait for the GPU"};
   app.require_subcommand(1);
@@ -86,6 +120,7 @@ int main(int argc, char** argv) {
   bench->add_flag("--audit-syncs", bench_opts.audit_syncs, "count synchronizing CUDA calls");
   bench->add_option("overrides", overrides, "key=value config overrides");
 
+  app.add_subcommand("launch", "launch --nproc N [--port P] -- train ...: N local ranks");
   auto* info = app.add_subcommand("info", "print the resolved config and parameter count");
   info->add_option("overrides", overrides, "key=value config overrides");
 

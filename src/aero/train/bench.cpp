@@ -3,6 +3,7 @@
 #include "aero/config/config.h"
 #include "aero/device/device.h"
 #include "aero/train/trainer.h"
+#include "core/distributed/process_group.h"
 
 #include <nlohmann/json.hpp>
 
@@ -41,7 +42,12 @@ int run_bench(const std::string& config_dir, std::vector<std::string> overrides,
   const Config config = Config::load(config_dir, overrides);
   TrainSettings settings = resolve_settings(config);
   settings.run_id = "bench-" + settings.run_id;
-  Trainer trainer(settings, config.to_yaml());
+  const DistributedEnv env = DistributedEnv::from_environment();
+  ProcessGroupOptions pg;
+  pg.timeout = std::chrono::seconds(settings.distributed_timeout_s);
+  auto comm = init_process_group(env, resolve_device(settings.device, env.local_rank), pg);
+  Trainer trainer(settings, config.to_yaml(), comm.get(), env.local_rank);
+  const bool print = env.rank == 0;
   if (o.audit_syncs) trainer.set_sync_audit(true);
   const c10::Device device = trainer.device();
   std::map<std::string, BenchPolicyResult> results;
@@ -68,11 +74,12 @@ int run_bench(const std::string& config_dir, std::vector<std::string> overrides,
       res.peak_gib = std::max(res.peak_gib, r.peak_memory_gib);
     }
   }
-  std::printf("\nslipstream bench: %s, %lld points/step, %s, device %s, %d rounds x %d steps "
-              "(after %d warm-up)\n",
+  if (!print) return 0;
+  std::printf("\nslipstream bench: %s, %lld points/step, %s, device %s x %d ranks, %d rounds x %d "
+              "steps (after %d warm-up)\n",
               config.get<std::string>("defaults.model").c_str(),
               static_cast<long long>(settings.sampling_resolution), settings.optimizer.name.c_str(),
-              device.str().c_str(), o.rounds, o.steps_per_round, o.warmup_steps);
+              device.str().c_str(), env.world_size, o.rounds, o.steps_per_round, o.warmup_steps);
   std::printf("%-10s %12s %12s %12s %10s\n", "policy", "median ms", "min ms", "max ms", "peak GiB");
   for (const auto& name : o.policies) {
     const auto& r = results[name];
@@ -88,7 +95,8 @@ int run_bench(const std::string& config_dir, std::vector<std::string> overrides,
                      {"model", config.get<std::string>("defaults.model")},
                      {"points", settings.sampling_resolution},
                      {"optimizer", settings.optimizer.name},
-                     {"precision", device.is_cuda() ? "bf16" : "fp32"}};
+                     {"precision", device.is_cuda() ? "bf16" : "fp32"},
+                     {"world_size", env.world_size}};
     std::cout << j.dump() << "\n";
   }
   if (o.audit_syncs) std::cout << trainer.sync_audit_report();

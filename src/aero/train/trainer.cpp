@@ -108,11 +108,28 @@ Trainer::Trainer(TrainSettings settings, std::string config_yaml, Communicator* 
   model_ = Transolver(settings_.model);
   model_->to(device_);
   if (comm_ != nullptr && world_ > 1) {
+    check_same_config_on_every_rank();
+    // One run directory for all ranks: rank 0's run_id (a timestamp when unset).
+    auto id = torch::zeros({64}, torch::TensorOptions().dtype(torch::kLong).device(device_));
+    if (rank_ == 0) {
+      TORCH_CHECK(settings_.run_id.size() < 64, "config: run_id longer than 63 characters");
+      auto host = torch::zeros({64}, torch::kLong);
+      for (size_t i = 0; i < settings_.run_id.size(); ++i) host[i] = settings_.run_id[i];
+      id.copy_(host);
+    }
+    comm_->broadcast(id, 0);
+    const auto host_id = id.cpu();
+    std::string run_id;
+    for (int64_t i = 0; i < 64 && host_id[i].item<int64_t>() != 0; ++i) {
+      run_id.push_back(static_cast<char>(host_id[i].item<int64_t>()));
+    }
+    settings_.run_id = run_id;
     torch::NoGradGuard no_grad;
     for (auto& p : model_->parameters()) {
       auto t = p.detach();
       comm_->broadcast(t, 0);
     }
+    averager_ = std::make_unique<GradientAverager>(model_->parameters(), comm_);
   }
   std::vector<std::pair<std::string, torch::Tensor>> named;
   for (const auto& p : model_->named_parameters()) named.emplace_back(p.key(), p.value());
@@ -148,22 +165,26 @@ LoaderOptions Trainer::loader_options() const {
   return o;
 }
 
-void Trainer::average_gradients() {
+void Trainer::check_same_config_on_every_rank() {
   if (comm_ == nullptr || world_ <= 1) return;
-  std::vector<torch::Tensor> grads;
-  for (auto& p : model_->parameters()) {
-    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-    grads.push_back(p.grad().reshape({-1}));
+  // FNV-1a of the resolved config (as given, before run_id is filled in).
+  uint64_t hash = 1469598103934665603ULL;
+  for (char c : config_yaml_) hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+  auto opts = torch::TensorOptions().dtype(torch::kLong).device(device_);
+  auto mine = torch::full({1}, static_cast<int64_t>(hash >> 1), opts);
+  auto root = mine.clone();
+  comm_->broadcast(root, 0);
+  auto differs = torch::zeros({world_}, opts);
+  differs[rank_] = (root != mine).to(torch::kLong).squeeze();
+  comm_->all_reduce_max(differs);
+  const auto flags = differs.cpu();
+  std::string ranks;
+  for (int r = 0; r < world_; ++r) {
+    if (flags[r].item<int64_t>() != 0) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
   }
-  auto flat = torch::cat(grads);
-  comm_->all_reduce_sum(flat);
-  flat.div_(static_cast<double>(world_));
-  int64_t offset = 0;
-  for (auto& p : model_->parameters()) {
-    const int64_t n = p.numel();
-    p.mutable_grad().copy_(flat.narrow(0, offset, n).view_as(p));
-    offset += n;
-  }
+  TORCH_CHECK(ranks.empty(), "distributed: rank(s) ", ranks,
+              " started with a config that differs from rank 0's; every rank must get the same "
+              "config and overrides");
 }
 
 double Trainer::global_max(double value) {
@@ -235,8 +256,9 @@ EpochResult Trainer::train_epoch(int64_t epoch) {
       LossResult result = loss_->compute(prediction, batch.target, batch.weights);
       phase(Phase::kBackward);
       optimizer_->zero_grad();
+      if (averager_) averager_->prepare();
       result.total.backward();
-      average_gradients();
+      if (averager_) averager_->finish();
       phase(Phase::kOptimizer);
       const double lr = optimizer_->lr();
       optimizer_->step();

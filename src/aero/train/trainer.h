@@ -20,6 +20,7 @@
 #include "aero/optim/muon_adamw.h"
 #include "aero/train/train_settings.h"
 #include "core/distributed/communicator.h"
+#include "core/distributed/gradient_averager.h"
 #include "core/sinks/metrics_logger.h"
 
 #include <functional>
@@ -79,7 +80,7 @@ class Trainer {
  private:
   void setup_logging();
   LoaderOptions loader_options() const;
-  void average_gradients();
+  void check_same_config_on_every_rank();
   double global_max(double value);
   void log_summary(const char* phase, const EpochResult& r);
 
@@ -92,6 +93,7 @@ class Trainer {
   Transolver model_{nullptr};
   std::unique_ptr<MuonAdamW> optimizer_;
   std::unique_ptr<LossCalculator> loss_;
+  std::unique_ptr<GradientAverager> averager_;
   DatasetSplits data_;
   MetricsLogger logger_;
   int64_t global_step_ = 0;

@@ -13,9 +13,18 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <memory>
 #include <string>
 
 namespace slipstream {
+
+// A collective in flight. wait(): on CUDA the current stream waits for it
+// (the host does not); on CPU the host waits until the result is in place.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  virtual void wait() = 0;
+};
 
 class Communicator {
  public:
@@ -26,6 +35,8 @@ class Communicator {
 
   // In-place sum over all ranks.
   virtual void all_reduce_sum(at::Tensor& tensor) = 0;
+  // Starts an in-place sum and returns at once; wait() before reading.
+  virtual std::unique_ptr<PendingCollective> all_reduce_sum_async(at::Tensor& tensor) = 0;
   // In-place max over all ranks.
   virtual void all_reduce_max(at::Tensor& tensor) = 0;
   // In-place broadcast from `root`.

@@ -38,6 +38,18 @@ int env_int(const char* name, int fallback, bool required) {
   return static_cast<int>(parsed);
 }
 
+class C10dPending final : public PendingCollective {
+ public:
+  explicit C10dPending(c10::intrusive_ptr<c10d::Work> work) : work_(std::move(work)) {}
+  void wait() override {
+    if (work_) work_->wait();
+    work_.reset();
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+};
+
 // Any c10d backend class with the usual collectives: ProcessGroupGloo and
 // ProcessGroupNCCL derive from ProcessGroup in LibTorch 1.13 and from
 // Backend in 2.x, with the same method signatures.
@@ -56,6 +68,13 @@ class C10dCommunicator final : public Communicator {
 
   void all_reduce_sum(at::Tensor& t) override { all_reduce(t, c10d::ReduceOp::SUM); }
   void all_reduce_max(at::Tensor& t) override { all_reduce(t, c10d::ReduceOp::MAX); }
+
+  std::unique_ptr<PendingCollective> all_reduce_sum_async(at::Tensor& t) override {
+    std::vector<at::Tensor> ts{t};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = c10d::ReduceOp::SUM;
+    return std::make_unique<C10dPending>(backend_->allreduce(ts, opts));
+  }
 
   void broadcast(at::Tensor& t, int root) override {
     std::vector<at::Tensor> ts{t};

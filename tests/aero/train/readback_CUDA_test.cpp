@@ -10,12 +10,17 @@
 #include "aero/config/config.h"
 #include "aero/device/device.h"
 #include "aero/train/trainer.h"
+#include "core/distributed/process_group.h"
 #include "core/readback/step_readback.h"
+#include "support/multiprocess.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <cmath>
 #include <cstring>
 
 namespace slipstream::aero {
@@ -130,12 +135,64 @@ TEST(TrainerCudaTest, SteadyStateStepsMakeNoSynchronizingCall_CUDA) {
   EXPECT_GT(trainer.sync_audit().steady_steps(), 0);
   EXPECT_EQ(trainer.sync_audit().total(), 0) << trainer.sync_audit_report();
   trainer.set_sync_audit(false);
+  // The audit can see a sync: the blocking policy's .cpu() counts once a step.
+  trainer.set_readback_policy(ReadbackPolicy::kBlocking);
+  trainer.set_sync_audit(true);
+  trainer.train_epoch(3);
+  EXPECT_GE(trainer.sync_audit().count(Phase::kReadback), 10) << trainer.sync_audit_report();
+  trainer.set_sync_audit(false);
+  trainer.set_readback_policy(ReadbackPolicy::kAsync);
   // ...and in error mode every steady step must still run.
   trainer.set_step_hook([](int64_t i) {
     if (i == 2) set_sync_debug_mode(2);
   });
-  EXPECT_NO_THROW(trainer.train_epoch(3));
+  EXPECT_NO_THROW(trainer.train_epoch(4));
   set_sync_debug_mode(0);
+}
+
+// Two GPUs through NCCL: async readback equals blocking readback bitwise and
+// is the count-weighted all-rank mean. Needs 2 CUDA devices.
+TEST(ReadbackNcclTest, TwoRankAsyncEqualsBlockingAndIsTheWeightedMean_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  if (torch::cuda::device_count() < 2 && !testing::is_worker()) GTEST_SKIP() << "needs 2 GPUs";
+  if (!has_nccl_backend()) GTEST_SKIP() << "no NCCL in this build";
+  testing::run_ranks(2, [] {
+    const auto env = DistributedEnv::from_environment();
+    const c10::Device device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+    c10::impl::getDeviceGuardImpl(c10::kCUDA)->setDevice(device);
+    auto comm = init_process_group(env, device);
+    ASSERT_EQ(comm->backend_name(), "nccl");
+    auto opts = torch::TensorOptions().device(device);
+    std::vector<StepRecord> got, blocking;
+    StepReadback::Options ao;
+    ao.comm = comm.get();
+    StepReadback async_rb([&](const StepRecord& r) { got.push_back(r); }, ao);
+    StepReadback::Options bo = ao;
+    bo.policy = ReadbackPolicy::kBlocking;
+    StepReadback blocking_rb([&](const StepRecord& r) { blocking.push_back(r); }, bo);
+    for (int64_t step = 0; step < 8; ++step) {
+      StepScalars s;
+      s.add("loss", torch::full({}, 1.0 + env.rank + 0.25 * step, opts));
+      s.add_counted("weighted", torch::full({}, env.rank == 0 ? 1.0 : 4.0, opts),
+                    torch::full({}, env.rank == 0 ? 1.0 : 3.0, opts));
+      s.add_counted("nowhere", torch::full({}, NAN, opts), torch::zeros({}, opts));
+      async_rb.start(step, s);
+      async_rb.deliver_landed();
+      blocking_rb.start(step, s);
+    }
+    async_rb.drain();
+    ASSERT_EQ(got.size(), 8u);
+    for (int64_t step = 0; step < 8; ++step) {
+      EXPECT_EQ(got[step].values[0].second, 1.5 + 0.25 * step);
+      EXPECT_EQ(got[step].values[1].second, 3.25);
+      EXPECT_TRUE(std::isnan(got[step].values[2].second));
+      for (size_t k = 0; k < 3; ++k) {
+        const double x = got[step].values[k].second, y = blocking[step].values[k].second;
+        EXPECT_EQ(std::memcmp(&x, &y, sizeof(double)), 0);
+      }
+    }
+    comm->barrier();
+  });
 }
 
 }  // namespace
