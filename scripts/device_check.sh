@@ -7,6 +7,7 @@
 #   bench  slipstream bench, volume config, Muon+AdamW then AdamW
 #   train  the volume config for a few epochs, then TensorBoard's reader
 #   audit  slipstream train --audit-syncs on the volume config
+#   multi  2 GPUs (kind nvidia-h200-x2): NCCL tests, bench on 1 and 2 GPUs, training
 # Usage (device tool): bash scripts/device_check.sh build test bench train
 # Carry: .deb (apt-get download of the packages in scripts/device_debs.txt)
 # and .fixtures (a copy of ../shared/fixtures).
@@ -61,6 +62,21 @@ stage_bench() {
   $BIN bench --rounds 3 --steps 20 --warmup 10 run_id=bench-muon 2>&1 | grep -vE "^Epoch" | tee -a "$OUT/summary.txt"
   log "bench: volume config, 200k points, AdamW"
   $BIN bench --rounds 3 --steps 20 --warmup 10 optimizer.name=adamw run_id=bench-adamw 2>&1 | grep -vE "^Epoch" | tee -a "$OUT/summary.txt"
+}
+
+stage_multi() {
+  log "multi: CUDA tests (NCCL readback needs 2 GPUs)"
+  build-gpu/tests/readback_CUDA_test 2>&1 | grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|actual" | tee -a "$OUT/summary.txt"
+  build-gpu/tests/distributed_trainer_test 2>&1 | grep -E "^\[ +(OK|FAILED|SKIPPED) +\]" | tee -a "$OUT/summary.txt"
+  log "multi: bench on 1 GPU (Muon+AdamW)"
+  $BIN bench --rounds 2 --steps 10 --warmup 5 --policies blocking async none 2>&1 | grep -vE "^Epoch" | tee -a "$OUT/summary.txt"
+  log "multi: bench on 2 GPUs (Muon+AdamW), per-rank 200k points"
+  $BIN launch --nproc 2 --port 29533 -- bench --rounds 2 --steps 10 --warmup 5 --policies blocking async none 2>&1 | grep -vE "^Epoch" | tee -a "$OUT/summary.txt"
+  log "multi: train on 2 GPUs, 2 epochs of 8 steps"
+  $BIN launch --nproc 2 --port 29534 -- train model=transolver_volume dataset=synthetic_volume \
+    training.num_epochs=2 training.steps_per_epoch=8 run_id=volume2 >"$OUT/train_volume2.log" 2>&1
+  grep -vE "^Epoch [0-9]+ \[" "$OUT/train_volume2.log" | grep -E "loss |epoch_seconds|peak|error|Run directory" | tee -a "$OUT/summary.txt"
+  cp runs/volume2/metrics.jsonl "$OUT/metrics_volume2.jsonl" 2>/dev/null
 }
 
 stage_audit() {
