@@ -12,6 +12,8 @@
 #endif
 
 #include <cstdlib>
+#include <type_traits>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -50,6 +52,13 @@ class C10dPending final : public PendingCollective {
   c10::intrusive_ptr<c10d::Work> work_;
 };
 
+// Backends that have shutdown() (NCCL in LibTorch 2.x) are shut down
+// explicitly, as destroy_process_group() does in Python.
+template <class T, class = void>
+struct HasShutdown : std::false_type {};
+template <class T>
+struct HasShutdown<T, std::void_t<decltype(std::declval<T&>().shutdown())>> : std::true_type {};
+
 // Any c10d backend class with the usual collectives: ProcessGroupGloo and
 // ProcessGroupNCCL derive from ProcessGroup in LibTorch 1.13 and from
 // Backend in 2.x, with the same method signatures.
@@ -61,6 +70,16 @@ class C10dCommunicator final : public Communicator {
                    std::string name)
       : store_(std::move(store)), backend_(std::move(backend)), rank_(rank),
         world_(world), name_(std::move(name)) {}
+
+  ~C10dCommunicator() override {
+    if constexpr (HasShutdown<Backend>::value) {
+      try {
+        backend_->shutdown();
+      } catch (const std::exception&) {
+        // Destructors never throw; a failed shutdown only leaks at exit.
+      }
+    }
+  }
 
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
