@@ -11,6 +11,10 @@
 #include "aero/train/bench.h"
 #include "aero/train/trainer.h"
 #include "core/distributed/launcher.h"
+#ifdef SLIPSTREAM_WITH_VTK
+#include "aero/vtk/infer.h"
+#include "aero/vtk/raw_runs.h"
+#endif
 #include "core/distributed/process_group.h"
 
 #include <CLI/CLI.hpp>
@@ -18,6 +22,7 @@
 
 #include <chrono>
 #include <iostream>
+#include <map>
 
 namespace {
 
@@ -52,10 +57,29 @@ int run_info(const std::string& config_dir, const std::vector<std::string>& over
   return 0;
 }
 
+#ifndef SLIPSTREAM_WITH_VTK
+[[noreturn]] void no_vtk(const char* what) {
+  TORCH_CHECK(false, what, " needs VTK; this slipstream was built without it (install libvtk9-dev "
+              "and rebuild)");
+}
+#endif
+
 int run_make_synthetic(const std::string& config_dir, const std::vector<std::string>& overrides,
-                       const std::string& out) {
+                       const std::string& out, const std::string& format) {
   const Config config = Config::load(config_dir, overrides);
   const TrainSettings s = resolve_settings(config);
+  TORCH_CHECK(format == "samples" || format == "vtk", "make-synthetic: --format '", format,
+              "' is not one of samples, vtk");
+  if (format == "vtk") {
+#ifdef SLIPSTREAM_WITH_VTK
+    write_synthetic_vtk_runs(out, s.synthetic, s.num_train + s.num_val);
+    std::cout << "Wrote " << s.num_train + s.num_val << " runs (.vtu + .stl + metadata.json) of "
+              << s.synthetic.points_per_sample << " points to " << out << "\n";
+    return 0;
+#else
+    no_vtk("make-synthetic --format vtk");
+#endif
+  }
   write_synthetic_directory(out, s.synthetic, s.num_train, s.num_val);
   std::cout << "Wrote " << s.num_train << " train and " << s.num_val << " val samples of "
             << s.synthetic.points_per_sample << " points to " << out << "\n";
@@ -129,12 +153,71 @@ int main(int argc, char** argv) {
   synth->add_option("--out", out, "output directory")->required();
   synth->add_option("overrides", overrides, "key=value config overrides");
 
+  std::string format = "samples";
+  synth->add_option("--format", format, "samples (the trainer's format) or vtk (raw runs)");
+
+  auto* prepare = app.add_subcommand("prepare", "raw VTK/STL runs -> the trainer's samples");
+  std::string prep_in, prep_out;
+  double val_fraction = 0.25;
+  std::map<std::string, std::string> field_names{{"velocity", "UMeanTrim"},
+                                                 {"pressure", "pMeanTrim"},
+                                                 {"nut", "nutMeanTrim"}};
+  prepare->add_option("--in", prep_in, "directory of run directories")->required();
+  prepare->add_option("--out", prep_out, "output directory")->required();
+  prepare->add_option("--val-fraction", val_fraction, "share of runs for validation");
+  for (auto* cmd : {prepare}) {
+    cmd->add_option("--velocity-field", field_names["velocity"], "velocity field in the .vtu");
+    cmd->add_option("--pressure-field", field_names["pressure"], "pressure field in the .vtu");
+    cmd->add_option("--nut-field", field_names["nut"], "turbulent viscosity field in the .vtu");
+  }
+  auto* infer = app.add_subcommand("infer", "predict every point of a raw run into a .vtu");
+  std::string infer_ckpt, infer_in, infer_out, infer_device = "auto";
+  infer->add_option("--checkpoint", infer_ckpt, "checkpoint file or checkpoints/ directory")->required();
+  infer->add_option("--in", infer_in, "a raw run directory (.vtu, .stl, metadata.json)")->required();
+  infer->add_option("--out", infer_out, "output .vtu (metrics go beside it as .json)")->required();
+  infer->add_option("--device", infer_device, "auto, cpu or cuda");
+  infer->add_option("--velocity-field", field_names["velocity"], "velocity field in the .vtu");
+  infer->add_option("--pressure-field", field_names["pressure"], "pressure field in the .vtu");
+  infer->add_option("--nut-field", field_names["nut"], "turbulent viscosity field in the .vtu");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*train) return run_train(config_dir, overrides, audit_syncs);
     if (*bench) return run_bench(config_dir, overrides, bench_opts);
     if (*info) return run_info(config_dir, overrides);
-    if (*synth) return run_make_synthetic(config_dir, overrides, out);
+    if (*synth) return run_make_synthetic(config_dir, overrides, out, format);
+    if (*prepare) {
+#ifdef SLIPSTREAM_WITH_VTK
+      PrepareOptions po;
+      po.fields = field_names;
+      po.val_fraction = val_fraction;
+      const auto r = prepare_runs(prep_in, prep_out, po);
+      std::cout << "Prepared " << r.runs << " runs (" << r.train << " train, " << r.val
+                << " val, " << r.points << " points) into " << prep_out << " in " << r.seconds
+                << " s\n";
+      return 0;
+#else
+      no_vtk("prepare");
+#endif
+    }
+    if (*infer) {
+#ifdef SLIPSTREAM_WITH_VTK
+      InferOptions io;
+      io.checkpoint = infer_ckpt;
+      io.run_dir = infer_in;
+      io.out = infer_out;
+      io.fields = field_names;
+      io.device = infer_device;
+      const auto r = run_inference(io);
+      std::cout << "Wrote " << infer_out << " (" << r.points << " points); metrics in "
+                << r.metrics_path << ":";
+      for (const auto& [k, v] : r.metrics) std::cout << " " << k << "=" << v;
+      std::cout << "\n";
+      return 0;
+#else
+      no_vtk("infer");
+#endif
+    }
   } catch (const c10::Error& e) {
     std::cerr << "slipstream: error: " << e.what_without_backtrace() << "\n";
     return 1;

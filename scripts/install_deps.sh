@@ -2,7 +2,8 @@
 # Installs what Slipstream needs on Debian 12 (apt-get); skips what is there.
 set -euo pipefail
 pkgs=(build-essential cmake libtorch-dev libgloo-dev libyaml-cpp-dev libcli11-dev
-      nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libopenblas0-pthread)
+      nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libopenblas0-pthread
+      libvtk9-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

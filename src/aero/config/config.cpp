@@ -196,6 +196,12 @@ Config Config::load(const std::string& dir, const std::vector<std::string>& over
   return cfg;
 }
 
+Config Config::load_resolved(const std::string& path) {
+  Config cfg;
+  cfg.root_ = load_file(path);
+  return cfg;
+}
+
 YAML::Node Config::lookup(const std::string& key) const {
   YAML::Node node = YAML::Clone(root_);
   for (const auto& p : split(key)) {

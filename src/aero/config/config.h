@@ -24,6 +24,9 @@ class Config {
   // Loads `dir`/train.yaml, merges the default groups, applies overrides.
   static Config load(const std::string& dir, const std::vector<std::string>& overrides);
 
+  // A resolved config as written to a run directory (no merging).
+  static Config load_resolved(const std::string& path);
+
   // Typed access by dotted key; throws naming the key when it is missing or
   // of the wrong type.
   template <class T>

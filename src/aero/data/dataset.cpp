@@ -70,6 +70,8 @@ Sample read_sample_file(const std::string& path, const std::vector<std::string>&
     if (t.defined()) s.targets[name] = t.dim() == 1 ? t.unsqueeze(1) : t;
   }
   if (s.sdf.defined() && s.sdf.dim() == 1) s.sdf = s.sdf.unsqueeze(1);
+  if (f.contains("rho_inf")) s.rho_inf = f.at("rho_inf").to(torch::kDouble).item<double>();
+  if (f.contains("p_inf")) s.p_inf = f.at("p_inf").to(torch::kDouble).item<double>();
   validate_sample(s, target_names);
   return s;
 }
@@ -79,6 +81,8 @@ void write_sample_file(const std::string& path, const Sample& s) {
       {"points", s.points}, {"sdf", s.sdf}, {"sdf_normals", s.sdf_normals}, {"U_inf", s.u_inf}};
   for (const auto& [name, t] : s.targets) tensors.emplace_back(name, t);
   if (s.volume.defined()) tensors.emplace_back("volume", s.volume);
+  tensors.emplace_back("rho_inf", torch::tensor({s.rho_inf}, torch::kDouble));
+  tensors.emplace_back("p_inf", torch::tensor({s.p_inf}, torch::kDouble));
   write_safetensors(path, tensors, {{"id", s.id}, {"format", kFormat}});
 }
 

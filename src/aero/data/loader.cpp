@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <random>
 
@@ -29,29 +30,95 @@ std::vector<size_t> epoch_order(size_t n, int64_t epoch, uint64_t seed, bool shu
   return mine;
 }
 
+torch::Tensor rotate_z(const torch::Tensor& xyz, double radians) {
+  const double c = std::cos(radians), s = std::sin(radians);
+  auto r = torch::tensor({c, -s, 0.0, s, c, 0.0, 0.0, 0.0, 1.0}, xyz.options().dtype(torch::kDouble))
+               .view({3, 3})
+               .to(xyz.scalar_type());
+  return torch::matmul(xyz, r.t());
+}
+
+namespace {
+int64_t channels_of(const std::string& name) { return name == "velocity" ? 3 : 1; }
+
+double dynamic_pressure(const Sample& s) {
+  const double speed2 = s.u_inf.to(torch::kDouble).pow(2).sum().item<double>();
+  return 0.5 * s.rho_inf * speed2;
+}
+}  // namespace
+
 Batch make_host_batch(const Sample& s, const LoaderOptions& o, uint64_t generator_seed) {
   const int64_t n = s.num_points();
+  const auto& t = o.transforms;
+  auto gen = at::detail::createCPUGenerator(generator_seed);
   torch::Tensor idx;
   if (o.sampling_resolution > 0 && o.sampling_resolution < n) {
-    auto gen = at::detail::createCPUGenerator(generator_seed);
-    idx = torch::randperm(n, gen, torch::TensorOptions().dtype(torch::kLong))
-              .narrow(0, 0, o.sampling_resolution);
+    if (t.subsample == "block") {
+      const int64_t start =
+          torch::randint(n - o.sampling_resolution + 1, {1}, gen, torch::kLong).item<int64_t>();
+      idx = torch::arange(start, start + o.sampling_resolution, torch::kLong);
+    } else {
+      idx = torch::randperm(n, gen, torch::TensorOptions().dtype(torch::kLong))
+                .narrow(0, 0, o.sampling_resolution);
+    }
   }
-  auto take = [&](const torch::Tensor& t) { return idx.defined() ? t.index_select(0, idx) : t; };
+  auto take = [&](const torch::Tensor& x) { return idx.defined() ? x.index_select(0, idx) : x; };
+  auto points = take(s.points);
+  auto normals = take(s.sdf_normals);
+  auto u_inf = s.u_inf.reshape({1, 3});
+  if (t.center) points = points - s.points.mean(0, true);
+  std::vector<torch::Tensor> targets;
+  for (const auto& name : o.target_names) {
+    auto y = take(s.targets.at(name));
+    if (t.nondimensionalize && name == "velocity") y = y / s.u_inf.norm();
+    if (t.nondimensionalize && name == "pressure") y = (y - s.p_inf) / dynamic_pressure(s);
+    if (name == "nut") y = (y - t.nut_mean) / t.nut_std;
+    targets.push_back(y);
+  }
+  if (o.augment && (t.rotate_z_max_deg > 0 || t.translate_max > 0)) {
+    auto draw = torch::empty({4}, torch::kDouble).uniform_(-1.0, 1.0, gen);
+    const double angle = draw[0].item<double>() * t.rotate_z_max_deg * M_PI / 180.0;
+    if (t.rotate_z_max_deg > 0) {
+      points = rotate_z(points, angle);
+      normals = rotate_z(normals, angle);
+      u_inf = rotate_z(u_inf, angle);
+      for (size_t k = 0; k < o.target_names.size(); ++k) {
+        if (o.target_names[k] == "velocity") targets[k] = rotate_z(targets[k], angle);
+      }
+    }
+    if (t.translate_max > 0) {
+      points = points + (draw.narrow(0, 1, 3) * t.translate_max).to(points.scalar_type()).view({1, 3});
+    }
+  }
   Batch b;
   b.sample_id = s.id;
-  b.embedding = take(torch::cat({s.points, s.sdf, s.sdf_normals}, 1)).unsqueeze(0).contiguous();
+  b.embedding = torch::cat({points, take(s.sdf), normals}, 1).unsqueeze(0).contiguous();
   const int64_t m = b.embedding.size(1);
-  b.fx = s.u_inf.reshape({1, 1, 3}).expand({1, m, 3}).contiguous();
-  std::vector<torch::Tensor> targets;
-  for (const auto& name : o.target_names) targets.push_back(s.targets.at(name));
-  b.target = take(torch::cat(targets, 1)).unsqueeze(0).contiguous();
+  b.fx = u_inf.reshape({1, 1, 3}).expand({1, m, 3}).contiguous();
+  b.target = torch::cat(targets, 1).unsqueeze(0).contiguous();
   if (o.volume_weights) {
     TORCH_CHECK(s.volume.defined(), "loader: loss weighting by volume needs 'volume' in sample ",
                 s.id);
     b.weights = take(s.volume.reshape({-1})).unsqueeze(0).contiguous();
   }
   return b;
+}
+
+torch::Tensor denormalize_targets(const torch::Tensor& prediction, const Sample& s,
+                                  const LoaderOptions& o) {
+  const auto& t = o.transforms;
+  std::vector<torch::Tensor> out;
+  int64_t c0 = 0;
+  for (const auto& name : o.target_names) {
+    const int64_t c = channels_of(name);
+    auto y = prediction.narrow(-1, c0, c);
+    if (t.nondimensionalize && name == "velocity") y = y * s.u_inf.norm();
+    if (t.nondimensionalize && name == "pressure") y = y * dynamic_pressure(s) + s.p_inf;
+    if (name == "nut") y = y * t.nut_std + t.nut_mean;
+    out.push_back(y);
+    c0 += c;
+  }
+  return torch::cat(out, -1);
 }
 
 PrefetchLoader::PrefetchLoader(std::shared_ptr<const Dataset> dataset, std::vector<size_t> order,

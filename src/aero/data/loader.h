@@ -12,6 +12,7 @@
 #pragma once
 
 #include "aero/data/dataset.h"
+#include "aero/data/transforms.h"
 
 #include <c10/core/Device.h>
 #include <c10/core/Event.h>
@@ -36,6 +37,8 @@ struct LoaderOptions {
   bool volume_weights = false;
   int prefetch = 2;  // samples prepared ahead
   std::vector<std::string> target_names{"velocity", "pressure", "nut"};
+  TransformOptions transforms;
+  bool augment = false;  // random rotation/translation (train only)
 };
 
 struct Batch {
@@ -51,8 +54,14 @@ struct Batch {
 std::vector<size_t> epoch_order(size_t n, int64_t epoch, uint64_t seed, bool shuffle, int rank,
                                 int world_size, bool drop_last);
 
-// Builds a batch on the host from a sample (subsampling with `generator_seed`).
+// Builds a batch on the host from a sample: subsample (with
+// `generator_seed`), then the transforms. sampling_resolution <= 0 keeps
+// every point in order.
 Batch make_host_batch(const Sample& sample, const LoaderOptions& options, uint64_t generator_seed);
+
+// Undoes the target transforms on a (N, C) prediction in target order.
+torch::Tensor denormalize_targets(const torch::Tensor& prediction, const Sample& sample,
+                                  const LoaderOptions& options);
 
 class PrefetchLoader {
  public:

@@ -16,6 +16,8 @@ namespace slipstream::aero {
 struct Sample {
   std::string id;      // file path or "synthetic:<index>"
   torch::Tensor points, sdf, sdf_normals, u_inf, volume;
+  double rho_inf = 1.0;  // free-stream density
+  double p_inf = 0.0;    // free-stream pressure
   std::map<std::string, torch::Tensor> targets;
 
   int64_t num_points() const { return points.defined() ? points.size(0) : 0; }

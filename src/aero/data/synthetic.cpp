@@ -16,7 +16,7 @@ torch::Tensor sphere_potential_flow_velocity(const torch::Tensor& r_vec, double 
          1.5 * a3 * u_dot_r * r_vec / r.pow(5);
 }
 
-Sample make_synthetic_sample(int64_t index, const SyntheticOptions& o) {
+Sample make_synthetic_sample(int64_t index, const SyntheticOptions& o, SyntheticSphere* body) {
   TORCH_CHECK(o.points_per_sample > 0, "synthetic: points_per_sample must be > 0");
   auto gen = at::detail::createCPUGenerator(o.seed * 1000003ULL + static_cast<uint64_t>(index));
   auto uniform = [&](double lo, double hi) {
@@ -53,6 +53,10 @@ Sample make_synthetic_sample(int64_t index, const SyntheticOptions& o) {
   auto nut = 0.1 * speed * a * torch::sigmoid(4.0 * s / a) * torch::exp(-(d / width).pow(2)) *
              torch::exp(-torch::relu(s) / (8.0 * a));
 
+  if (body != nullptr) {
+    body->radius = a;
+    for (int k = 0; k < 3; ++k) body->center[k] = center[k].item<double>();
+  }
   Sample out;
   out.id = "synthetic:" + std::to_string(index);
   out.points = points.to(torch::kFloat);

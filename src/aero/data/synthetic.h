@@ -14,6 +14,7 @@
 
 #include "aero/data/sample.h"
 
+#include <array>
 #include <cstdint>
 
 namespace slipstream::aero {
@@ -23,7 +24,14 @@ struct SyntheticOptions {
   uint64_t seed = 1234;
 };
 
-Sample make_synthetic_sample(int64_t index, const SyntheticOptions& options);
+struct SyntheticSphere {
+  double radius = 0;
+  std::array<double, 3> center{};
+};
+
+// `body`, if given, receives the sphere of that sample.
+Sample make_synthetic_sample(int64_t index, const SyntheticOptions& options,
+                             SyntheticSphere* body = nullptr);
 
 // The analytic velocity of potential flow past a sphere (for tests).
 torch::Tensor sphere_potential_flow_velocity(const torch::Tensor& offsets, double radius,

@@ -1,5 +1,7 @@
 #include "aero/train/train_settings.h"
 
+#include "aero/data/loader.h"
+
 #include <c10/util/Exception.h>
 
 #include <chrono>
@@ -121,8 +123,22 @@ TrainSettings resolve_settings(const Config& c) {
               s.model.out_dim, " but 'dataset.targets' need ", total_channels(s.loss.fields),
               " channels");
 
-  check_one_of("dataset.name", c.get<std::string>("dataset.name"), {"synthetic"});
+  const auto dataset_name = c.get<std::string>("dataset.name");
+  check_one_of("dataset.name", dataset_name, {"synthetic", "prepared"});
   s.dataset_path = c.is_null("dataset.path") ? "" : c.get<std::string>("dataset.path");
+  TORCH_CHECK(dataset_name != "prepared" || !s.dataset_path.empty(),
+              "config: dataset 'prepared' needs dataset.path=DIR (written by slipstream prepare)");
+  s.transforms.subsample = c.get<std::string>("dataset.transforms.subsample");
+  check_one_of("dataset.transforms.subsample", s.transforms.subsample, {"random", "block"});
+  s.transforms.center = c.get<bool>("dataset.transforms.center");
+  s.transforms.nondimensionalize = c.get<bool>("dataset.transforms.nondimensionalize");
+  s.transforms.nut_mean = c.get<double>("dataset.transforms.nut_mean");
+  s.transforms.nut_std = c.get<double>("dataset.transforms.nut_std");
+  check_positive("dataset.transforms.nut_std", s.transforms.nut_std);
+  s.transforms.rotate_z_max_deg = c.get<double>("dataset.transforms.rotate_z_max_deg");
+  s.transforms.translate_max = c.get<double>("dataset.transforms.translate_max");
+  TORCH_CHECK(s.transforms.rotate_z_max_deg >= 0 && s.transforms.translate_max >= 0,
+              "config: dataset.transforms.rotate_z_max_deg and translate_max must be >= 0");
   s.num_train = c.get<int64_t>("dataset.num_train");
   s.num_val = c.get<int64_t>("dataset.num_val");
   check_positive("dataset.num_train", static_cast<double>(s.num_train));
@@ -134,6 +150,17 @@ TrainSettings resolve_settings(const Config& c) {
   check_positive("dataset.sampling_resolution", static_cast<double>(s.sampling_resolution));
   s.shuffle = c.get<bool>("dataset.shuffle");
   return s;
+}
+
+LoaderOptions loader_options_for(const TrainSettings& s, c10::Device device) {
+  LoaderOptions o;
+  o.sampling_resolution = s.sampling_resolution;
+  o.device = device;
+  o.seed = s.seed;
+  o.volume_weights = s.volume_weights;
+  o.target_names = s.targets;
+  o.transforms = s.transforms;
+  return o;
 }
 
 double scheduled_lr(const TrainSettings& s, int64_t t) {

@@ -4,6 +4,7 @@
 
 #include "aero/config/config.h"
 #include "aero/data/dataset.h"
+#include "aero/data/transforms.h"
 #include "aero/loss/loss_calculator.h"
 #include "aero/model/transolver.h"
 #include "aero/optim/muon_adamw.h"
@@ -44,11 +45,15 @@ struct TrainSettings {
   int64_t sampling_resolution = 0;
   bool shuffle = true;
   std::vector<std::string> targets;
+  TransformOptions transforms;
 
   std::string run_dir() const { return output_dir + "/" + run_id; }
 };
 
 TrainSettings resolve_settings(const Config& config);
+// The loader's options for these settings (no augmentation).
+struct LoaderOptions;
+LoaderOptions loader_options_for(const TrainSettings& s, c10::Device device);
 TransolverOptions resolve_model_options(const Config& config);
 std::vector<TargetField> target_fields(const std::vector<std::string>& names);
 // The learning rate after `t` scheduler intervals.

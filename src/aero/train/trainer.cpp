@@ -155,15 +155,7 @@ void Trainer::setup_logging() {
                                                    {"world_size", world_}});
 }
 
-LoaderOptions Trainer::loader_options() const {
-  LoaderOptions o;
-  o.sampling_resolution = settings_.sampling_resolution;
-  o.device = device_;
-  o.seed = settings_.seed;
-  o.volume_weights = settings_.volume_weights;
-  o.target_names = settings_.targets;
-  return o;
-}
+LoaderOptions Trainer::loader_options() const { return loader_options_for(settings_, device_); }
 
 void Trainer::check_same_config_on_every_rank() {
   if (comm_ == nullptr || world_ <= 1) return;
@@ -203,7 +195,9 @@ EpochResult Trainer::train_epoch(int64_t epoch) {
                                                        : static_cast<int64_t>(order.size());
   std::vector<size_t> epoch_samples;
   for (int64_t i = 0; i < steps; ++i) epoch_samples.push_back(order[i % order.size()]);
-  PrefetchLoader loader(data_.train, std::move(epoch_samples), loader_options(), epoch);
+  LoaderOptions train_loader = loader_options();
+  train_loader.augment = true;
+  PrefetchLoader loader(data_.train, std::move(epoch_samples), train_loader, epoch);
   reset_peak_memory(device_);
   const int64_t first_step = global_step_;
   Accumulator acc;

@@ -1,0 +1,43 @@
+// Raw CFD runs as users hold them, one directory per run:
+//   <run>/*.vtu          the volume mesh with the flow fields (point or cell data)
+//   <run>/*.stl          the vehicle's surface (watertight)
+//   <run>/metadata.json  {"U_inf": [ux, uy, uz], "rho_inf": 1.0, "p_inf": 0.0,
+//                         "nu": 1.5e-5, "L_ref": 1.0}
+// read_raw_run turns one into a Sample: the fields renamed to the target
+// names, and each point's SDF and SDF normal to the STL.
+//
+// prepare_runs does that for every run under a directory and writes the
+// trainer's format (one safetensors sample per run and manifest.json with a
+// train/val split). write_synthetic_vtk_runs writes the synthetic dataset in
+// the raw layout, so that the whole path runs on data made here.
+#pragma once
+
+#include "aero/data/sample.h"
+#include "aero/data/synthetic.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace slipstream::aero {
+
+// target name -> field name in the .vtu (DrivAerML's names by default).
+std::map<std::string, std::string> default_field_names();
+
+Sample read_raw_run(const std::string& run_dir, const std::map<std::string, std::string>& fields);
+
+struct PrepareOptions {
+  std::map<std::string, std::string> fields = default_field_names();
+  double val_fraction = 0.25;
+};
+struct PrepareReport {
+  int64_t runs = 0, train = 0, val = 0, points = 0;
+  double seconds = 0;
+};
+PrepareReport prepare_runs(const std::string& in_dir, const std::string& out_dir,
+                           const PrepareOptions& options);
+
+void write_synthetic_vtk_runs(const std::string& out_dir, const SyntheticOptions& options,
+                              int64_t count);
+
+}  // namespace slipstream::aero

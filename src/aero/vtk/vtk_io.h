@@ -1,0 +1,32 @@
+// VTK files in and out (VTK 9): volume meshes (.vtu) with their point data,
+// and triangle surfaces (.stl). Every failure names the file and the field.
+#pragma once
+
+#include "aero/geometry/triangle_mesh.h"
+
+#include <torch/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace slipstream::aero {
+
+struct VolumeMesh {
+  torch::Tensor points;                          // (N,3) float32
+  std::map<std::string, torch::Tensor> fields;   // name -> (N,C) float32
+};
+
+// Reads the named fields of a .vtu as point data; a field stored as cell
+// data is moved to the points (averaged over the cells around each point).
+VolumeMesh read_vtu(const std::string& path, const std::vector<std::string>& field_names);
+
+// Writes points (with one vertex cell each) and point-data fields, through a
+// temp file and rename. Binary appended, ParaView opens it.
+void write_vtu(const std::string& path, const torch::Tensor& points,
+               const std::vector<std::pair<std::string, torch::Tensor>>& fields);
+
+TriangleMesh read_stl(const std::string& path);
+void write_stl(const std::string& path, const TriangleMesh& mesh);
+
+}  // namespace slipstream::aero

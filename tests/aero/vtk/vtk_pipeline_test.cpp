@@ -1,0 +1,187 @@
+// Real CFD data path: STL signed distances against the analytic sphere, VTK
+// files with bad content, and the whole chain make-synthetic --format vtk ->
+// prepare -> train -> infer, read back with VTK. Built where VTK is.
+#include "aero/geometry/triangle_mesh.h"
+#include "aero/vtk/raw_runs.h"
+#include "aero/vtk/vtk_io.h"
+#include "support/test_support.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+#include <torch/torch.h>
+#include <vtkCellData.h>
+#include <vtkFloatArray.h>
+#include <vtkNew.h>
+#include <vtkPointData.h>
+#include <vtkUnstructuredGrid.h>
+#include <vtkXMLUnstructuredGridReader.h>
+#include <vtkXMLUnstructuredGridWriter.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+namespace slipstream::aero {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  }
+  return "";
+}
+
+TEST(SignedDistanceTest, SphereStlMatchesTheAnalyticDistanceWithinTheChordError) {
+  const double r = 1.0;
+  const auto mesh = make_icosphere(r, {0.5, -0.25, 0.1}, 4);
+  // Chord error: the largest gap between the sphere and the faces.
+  double gap = 0;
+  for (const auto& f : mesh.faces) {
+    std::array<double, 3> c{0, 0, 0};
+    for (int k = 0; k < 3; ++k)
+      for (int d = 0; d < 3; ++d) c[d] += mesh.vertices[f[k]][d] / 3.0;
+    const double dc = std::sqrt(std::pow(c[0] - 0.5, 2) + std::pow(c[1] + 0.25, 2) +
+                                std::pow(c[2] - 0.1, 2));
+    gap = std::max(gap, r - dc);
+  }
+  ASSERT_GT(gap, 0.0);
+  ASSERT_LT(gap, 0.01);
+  torch::manual_seed(0);
+  auto pts = torch::rand({4000, 3}, torch::kDouble) * 6 - 3;
+  torch::Tensor sdf, normals;
+  SignedDistance(mesh).query(pts, sdf, normals);
+  auto offset = pts - torch::tensor({0.5, -0.25, 0.1}, torch::kDouble).view({1, 3});
+  auto analytic = offset.norm(2, 1, true) - r;
+  const double worst = (sdf.to(torch::kDouble) - analytic).abs().max().item<double>();
+  EXPECT_LE(worst, gap + 1e-5) << "chord error " << gap;
+  // Inside is negative; the normal is the distance's gradient: radial, outward.
+  auto inside = analytic < -2 * gap;
+  EXPECT_TRUE((sdf.index({inside}) < 0).all().item<bool>());
+  auto far = (analytic.abs() > 0.2).squeeze(1);
+  auto radial = offset.index({far}) / offset.index({far}).norm(2, 1, true);
+  auto cosine = (normals.index({far}).to(torch::kDouble) * radial).sum(1);
+  EXPECT_GT(cosine.min().item<double>(), 0.99);
+}
+
+TEST(SignedDistanceTest, OpenOrEmptyMeshesAreRejectedByName) {
+  auto mesh = make_icosphere(1.0, {0, 0, 0}, 1);
+  mesh.name = "car.stl";
+  mesh.faces.pop_back();
+  const auto msg = error_of([&] { SignedDistance{mesh}; });
+  EXPECT_NE(msg.find("car.stl"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("watertight"), std::string::npos) << msg;
+  testing::TempDir dir;
+  std::ofstream(dir.file("empty.stl")).close();
+  EXPECT_NE(error_of([&] { read_stl(dir.file("empty.stl")); }).find("empty.stl"), std::string::npos);
+}
+
+TEST(VtkIoTest, CellDataMovesToPointsAndBadFilesNameTheFileAndField) {
+  testing::TempDir dir;
+  const int64_t n = 50;
+  auto points = torch::rand({n, 3});
+  auto p = torch::rand({n, 1});
+  write_vtu(dir.file("a.vtu"), points, {{"pMeanTrim", p}});
+  auto v = read_vtu(dir.file("a.vtu"), {"pMeanTrim"});
+  EXPECT_TRUE(torch::allclose(v.points, points));
+  EXPECT_TRUE(torch::allclose(v.fields["pMeanTrim"], p));
+
+  // The same values as cell data on one vertex cell per point.
+  {
+    vtkNew<vtkXMLUnstructuredGridReader> reader;
+    reader->SetFileName(dir.file("a.vtu").c_str());
+    reader->Update();
+    vtkUnstructuredGrid* g = reader->GetOutput();
+    vtkDataArray* a = g->GetPointData()->GetArray("pMeanTrim");
+    vtkNew<vtkFloatArray> cell;
+    cell->DeepCopy(a);
+    cell->SetName("pCell");
+    g->GetCellData()->AddArray(cell);
+    g->GetPointData()->RemoveArray("pMeanTrim");
+    write_vtu(dir.file("unused.vtu"), points, {});  // exercise the writer's temp+rename again
+    vtkNew<vtkXMLUnstructuredGridWriter> w;
+    w->SetFileName(dir.file("cells.vtu").c_str());
+    w->SetInputData(g);
+    ASSERT_EQ(w->Write(), 1);
+  }
+  auto c = read_vtu(dir.file("cells.vtu"), {"pCell"});
+  EXPECT_TRUE(torch::allclose(c.fields["pCell"], p));
+
+  const auto missing = error_of([&] { read_vtu(dir.file("a.vtu"), {"UMeanTrim"}); });
+  EXPECT_NE(missing.find("a.vtu"), std::string::npos) << missing;
+  EXPECT_NE(missing.find("'UMeanTrim'"), std::string::npos) << missing;
+  EXPECT_NE(missing.find("pMeanTrim"), std::string::npos) << missing;  // lists what it has
+
+  fs::copy_file(dir.file("a.vtu"), dir.file("cut.vtu"));
+  fs::resize_file(dir.file("cut.vtu"), fs::file_size(dir.file("cut.vtu")) / 3);
+  const auto cut = error_of([&] { read_vtu(dir.file("cut.vtu"), {"pMeanTrim"}); });
+  EXPECT_NE(cut.find("cut.vtu"), std::string::npos) << cut;
+}
+
+TEST(RawRunTest, WrongComponentsAndMissingMetadataAreNamed) {
+  testing::TempDir dir;
+  SyntheticOptions o;
+  o.points_per_sample = 300;
+  write_synthetic_vtk_runs(dir.path(), o, 1);
+  const std::string run = dir.file("run_0000");
+  auto fields = default_field_names();
+  fields["velocity"] = "pMeanTrim";  // a scalar where a vector is needed
+  const auto msg = error_of([&] { read_raw_run(run, fields); });
+  EXPECT_NE(msg.find("pMeanTrim"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("velocity"), std::string::npos) << msg;
+  fs::remove(run + "/metadata.json");
+  EXPECT_NE(error_of([&] { read_raw_run(run, default_field_names()); }).find("metadata.json"),
+            std::string::npos);
+}
+
+int sh(const std::string& cmd) {
+  const int status = std::system(cmd.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(VtkPipelineTest, MakeSyntheticPrepareTrainInferThenReadThePredictionBack) {
+  testing::TempDir dir;
+  const std::string bin = std::getenv("SLIPSTREAM_BIN");
+  const std::string d = dir.path();
+  const std::string cfg = " device=cpu model.n_layers=1 model.n_hidden=32 model.n_head=2 model.slice_num=8";
+  ASSERT_EQ(sh(bin + " make-synthetic --format vtk --out " + d + "/raw dataset.num_train=3 "
+               "dataset.num_val=1 dataset.points_per_sample=3000 > " + d + "/log 2>&1"), 0);
+  ASSERT_EQ(sh(bin + " prepare --in " + d + "/raw --out " + d + "/prepared >> " + d + "/log 2>&1"), 0);
+  ASSERT_EQ(sh(bin + " train dataset=prepared dataset.path=" + d + "/prepared training.num_epochs=1 "
+               "run_id=r output_dir=" + d + "/runs dataset.sampling_resolution=1024" + cfg +
+               " >> " + d + "/log 2>&1"), 0);
+  ASSERT_EQ(sh(bin + " infer --checkpoint " + d + "/runs/r/checkpoints --in " + d +
+               "/raw/run_0003 --out " + d + "/pred.vtu --device cpu >> " + d + "/log 2>&1"), 0)
+      << d;
+  const std::vector<std::string> names = {"velocity_pred", "velocity_true", "velocity_error",
+                                          "pressure_pred", "nut_pred", "nut_error"};
+  vtkNew<vtkXMLUnstructuredGridReader> reader;
+  reader->SetFileName((d + "/pred.vtu").c_str());
+  reader->Update();
+  vtkUnstructuredGrid* g = reader->GetOutput();
+  ASSERT_EQ(g->GetNumberOfPoints(), 3000);
+  for (const auto& name : names) {
+    vtkDataArray* a = g->GetPointData()->GetArray(name.c_str());
+    ASSERT_NE(a, nullptr) << name;
+    EXPECT_EQ(a->GetNumberOfComponents(), name.rfind("velocity", 0) == 0 ? 3 : 1) << name;
+  }
+  // error = pred - true, and true is the run's own field.
+  auto raw = read_vtu(d + "/raw/run_0003/volume.vtu", {"UMeanTrim"});
+  auto out = read_vtu(d + "/pred.vtu", {"velocity_pred", "velocity_true", "velocity_error"});
+  EXPECT_TRUE(torch::allclose(out.fields["velocity_true"], raw.fields["UMeanTrim"]));
+  EXPECT_TRUE(torch::allclose(out.fields["velocity_error"],
+                              out.fields["velocity_pred"] - out.fields["velocity_true"], 1e-5, 1e-6));
+  std::ifstream metrics(d + "/pred.json");
+  const auto j = nlohmann::json::parse(metrics);
+  EXPECT_TRUE(j["metrics"].contains("velocity_l2"));
+  EXPECT_EQ(j["points"], 3000);
+}
+
+}  // namespace
+}  // namespace slipstream::aero
