@@ -7,6 +7,7 @@
 #   bench  slipstream bench, volume config, Muon+AdamW then AdamW
 #   train  the volume config for a few epochs, then TensorBoard's reader
 #   audit  slipstream train --audit-syncs on the volume config
+#   profile  ms/step with fewer slices or layers (where the time goes)
 #   multi  2 GPUs (kind nvidia-h200-x2): NCCL tests, bench on 1 and 2 GPUs, training
 # Usage (device tool): bash scripts/device_check.sh build test bench train
 # Carry: .deb (apt-get download of the packages in scripts/device_debs.txt)
@@ -77,6 +78,16 @@ stage_multi() {
     training.num_epochs=2 training.steps_per_epoch=8 run_id=volume2 >"$OUT/train_volume2.log" 2>&1
   grep -vE "^Epoch [0-9]+ \[" "$OUT/train_volume2.log" | grep -E "loss |epoch_seconds|peak|error|Run directory" | tee -a "$OUT/summary.txt"
   cp runs/volume2/metrics.jsonl "$OUT/metrics_volume2.jsonl" 2>/dev/null
+}
+
+stage_profile() {
+  # Where the step's time goes, for the fused-kernel work: the same step
+  # with fewer slices (less points x heads x slices traffic), and AdamW.
+  for extra in "" "model.slice_num=32" "model.slice_num=64" "model.n_layers=6"; do
+    log "profile: AdamW, async, $extra"
+    $BIN bench --rounds 1 --steps 10 --warmup 5 --policies async optimizer.name=adamw $extra 2>&1 \
+      | grep -E "^async" | tee -a "$OUT/summary.txt"
+  done
 }
 
 stage_audit() {

@@ -124,6 +124,27 @@ TEST(VtkIoTest, CellDataMovesToPointsAndBadFilesNameTheFileAndField) {
   EXPECT_NE(cut.find("cut.vtu"), std::string::npos) << cut;
 }
 
+TEST(VtkIoTest, AFieldWithTheWrongNumberOfValuesIsAnError) {
+  testing::TempDir dir;
+  const int64_t n = 40;
+  write_vtu(dir.file("a.vtu"), torch::rand({n, 3}), {{"pMeanTrim", torch::rand({n, 1})}});
+  vtkNew<vtkXMLUnstructuredGridReader> reader;
+  reader->SetFileName(dir.file("a.vtu").c_str());
+  reader->Update();
+  vtkUnstructuredGrid* g = reader->GetOutput();
+  vtkNew<vtkFloatArray> short_array;
+  short_array->SetName("nutMeanTrim");
+  short_array->SetNumberOfTuples(n - 5);
+  short_array->FillValue(1.0f);
+  g->GetPointData()->AddArray(short_array);
+  vtkNew<vtkXMLUnstructuredGridWriter> w;
+  w->SetFileName(dir.file("mismatch.vtu").c_str());
+  w->SetInputData(g);
+  w->Write();
+  const auto msg = error_of([&] { read_vtu(dir.file("mismatch.vtu"), {"nutMeanTrim"}); });
+  EXPECT_NE(msg.find("mismatch.vtu"), std::string::npos) << msg;
+}
+
 TEST(RawRunTest, WrongComponentsAndMissingMetadataAreNamed) {
   testing::TempDir dir;
   SyntheticOptions o;
