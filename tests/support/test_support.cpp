@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <c10/util/Exception.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -46,6 +48,15 @@ LandingProbe HeldSteps::probe() {
     released.insert(s.step);
   };
   return p;
+}
+
+std::string error_message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  }
+  return "";
 }
 
 std::vector<std::string> read_lines(const std::string& path) {

@@ -5,6 +5,7 @@
 #include "core/readback/step_readback.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -34,6 +35,9 @@ struct HeldSteps {
   void release(int64_t step) { released.insert(step); }
   LandingProbe probe();
 };
+
+// The message of the c10::Error that `f` throws, or "" if it throws none.
+std::string error_message_of(const std::function<void()>& f);
 
 // Every line of a text file.
 std::vector<std::string> read_lines(const std::string& path);

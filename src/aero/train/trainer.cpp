@@ -78,7 +78,34 @@ FieldKind kind_of(const std::string& key) {
   return FieldKind::kMetric;
 }
 
+// The log record of one delivered step: its index fields, the device values,
+// then the host fields (lr, step_time_s, mem_gb).
+LogRecord step_log_record(const std::string& phase, const StepRecord& r, int64_t epoch,
+                          int64_t index_in_epoch, int64_t steps, std::vector<Field> fields) {
+  LogRecord rec;
+  rec.kind = phase + "_step";
+  rec.phase = phase;
+  rec.tb_step = r.step;
+  rec.epoch = epoch;
+  rec.index_in_epoch = index_in_epoch;
+  rec.steps_in_epoch = steps;
+  rec.fields = std::move(fields);
+  for (const auto& [k, v] : r.values) rec.fields.push_back({k, v, kind_of(k)});
+  for (const auto& [k, v] : r.host) {
+    rec.fields.push_back({k, v, k == "lr" ? FieldKind::kLearningRate : FieldKind::kPerformance});
+  }
+  return rec;
+}
+
 }  // namespace
+
+StepReadback::Options Trainer::readback_options(const char* phase) const {
+  StepReadback::Options ro;
+  ro.policy = settings_.readback;
+  ro.comm = comm_;
+  ro.name = phase;
+  return ro;
+}
 
 Trainer::Trainer(TrainSettings settings, std::string config_yaml, Communicator* comm,
                  int local_rank)
@@ -201,30 +228,15 @@ EpochResult Trainer::train_epoch(int64_t epoch) {
   reset_peak_memory(device_);
   const int64_t first_step = global_step_;
   Accumulator acc;
-  StepReadback::Options ro;
-  ro.policy = settings_.readback;
-  ro.comm = comm_;
-  ro.name = "train";
   StepReadback readback(
       [&](const StepRecord& r) {
         acc.add(r.values);
         if (rank_ != 0) return;
-        LogRecord rec;
-        rec.kind = "train_step";
-        rec.phase = "train";
-        rec.tb_step = r.step;
-        rec.epoch = epoch;
-        rec.index_in_epoch = r.step - first_step + 1;
-        rec.steps_in_epoch = steps;
-        rec.fields.push_back({"global_step", static_cast<double>(r.step), FieldKind::kIndex});
-        rec.fields.push_back({"epoch", static_cast<double>(epoch), FieldKind::kIndex});
-        for (const auto& [k, v] : r.values) rec.fields.push_back({k, v, kind_of(k)});
-        for (const auto& [k, v] : r.host) {
-          rec.fields.push_back({k, v, k == "lr" ? FieldKind::kLearningRate : FieldKind::kPerformance});
-        }
-        logger_.write(rec);
+        logger_.write(step_log_record("train", r, epoch, r.step - first_step + 1, steps,
+                                      {{"global_step", static_cast<double>(r.step), FieldKind::kIndex},
+                                       {"epoch", static_cast<double>(epoch), FieldKind::kIndex}}));
       },
-      ro);
+      readback_options("train"));
   step_times_.clear();
   if (audit_enabled_ && !audit_.active()) audit_available_ = audit_.start();
   auto phase = [&](Phase p) {
@@ -290,30 +302,17 @@ EpochResult Trainer::val_epoch(int64_t epoch) {
   // The same points every epoch, so that val losses compare across epochs.
   PrefetchLoader loader(data_.val, order, loader_options(), /*epoch=*/0);
   Accumulator acc;
-  StepReadback::Options ro;
-  ro.policy = settings_.readback == ReadbackPolicy::kNone ? ReadbackPolicy::kNone
-                                                           : settings_.readback;
-  ro.comm = comm_;
-  ro.name = "val";
   const int64_t first = val_step_;
   StepReadback readback(
       [&](const StepRecord& r) {
         acc.add(r.values);
         if (rank_ != 0) return;
-        LogRecord rec;
-        rec.kind = "val_step";
-        rec.phase = "val";
-        rec.tb_step = r.step;
-        rec.epoch = epoch;
-        rec.index_in_epoch = r.step - first + 1;
-        rec.steps_in_epoch = steps;
-        rec.fields.push_back({"epoch", static_cast<double>(epoch), FieldKind::kIndex});
-        rec.fields.push_back({"val_step", static_cast<double>(r.step - first), FieldKind::kIndex});
-        for (const auto& [k, v] : r.values) rec.fields.push_back({k, v, kind_of(k)});
-        for (const auto& [k, v] : r.host) rec.fields.push_back({k, v, FieldKind::kPerformance});
-        logger_.write(rec);
+        logger_.write(step_log_record("val", r, epoch, r.step - first + 1, steps,
+                                      {{"epoch", static_cast<double>(epoch), FieldKind::kIndex},
+                                       {"val_step", static_cast<double>(r.step - first),
+                                        FieldKind::kIndex}}));
       },
-      ro);
+      readback_options("val"));
   const auto epoch_t0 = Clock::now();
   {
     ReadbackScope scope(readback);

@@ -21,6 +21,7 @@
 #include "aero/train/train_settings.h"
 #include "core/distributed/communicator.h"
 #include "core/distributed/gradient_averager.h"
+#include "core/readback/step_readback.h"
 #include "core/sinks/metrics_logger.h"
 
 #include <functional>
@@ -80,6 +81,7 @@ class Trainer {
  private:
   void setup_logging();
   LoaderOptions loader_options() const;
+  StepReadback::Options readback_options(const char* phase) const;
   void check_same_config_on_every_rank();
   double global_max(double value);
   void log_summary(const char* phase, const EpochResult& r);

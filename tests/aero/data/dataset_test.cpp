@@ -18,14 +18,7 @@ namespace {
 
 const std::vector<std::string> kTargets{"velocity", "pressure", "nut"};
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  }
-  return "";
-}
+using testing::error_message_of;
 
 TEST(SyntheticTest, PotentialFlowHasNoNormalVelocityOnTheSphereAndFreeStreamFarAway) {
   auto u = torch::tensor({1.0, 0.3, -0.2}, torch::kDouble);
@@ -78,28 +71,28 @@ TEST(DirectoryDatasetTest, RoundTripAndBadFilesNameTheFile) {
   EXPECT_TRUE(torch::equal(s.points, make_synthetic_sample(1, o).points));
 
   // Missing directory.
-  EXPECT_NE(error_of([&] { open_sample_directory(dir.file("nope"), kTargets); }).find("nope"),
+  EXPECT_NE(error_message_of([&] { open_sample_directory(dir.file("nope"), kTargets); }).find("nope"),
             std::string::npos);
   // Truncated sample.
   const std::string f0 = dir.file("sample_00000.safetensors");
   std::filesystem::resize_file(f0, std::filesystem::file_size(f0) / 2);
-  EXPECT_NE(error_of([&] { splits.train->get(0); }).find(f0), std::string::npos);
+  EXPECT_NE(error_message_of([&] { splits.train->get(0); }).find(f0), std::string::npos);
   // Empty sample.
   std::ofstream(f0, std::ios::trunc).close();
-  EXPECT_NE(error_of([&] { splits.train->get(0); }).find(f0), std::string::npos);
+  EXPECT_NE(error_message_of([&] { splits.train->get(0); }).find(f0), std::string::npos);
   // NaN coordinates.
   Sample bad = make_synthetic_sample(2, o);
   bad.points[5][1] = NAN;
   const std::string f2 = dir.file("sample_00002.safetensors");
   write_sample_file(f2, bad);
-  const auto msg = error_of([&] { splits.train->get(2); });
+  const auto msg = error_message_of([&] { splits.train->get(2); });
   EXPECT_NE(msg.find(f2), std::string::npos) << msg;
   EXPECT_NE(msg.find("non-finite"), std::string::npos) << msg;
   // A sample missing a target field.
   const Sample good = make_synthetic_sample(2, o);
   write_safetensors(f2, {{"points", good.points}, {"sdf", good.sdf},
                          {"sdf_normals", good.sdf_normals}, {"U_inf", good.u_inf}});
-  EXPECT_NE(error_of([&] { splits.train->get(2); }).find("velocity"), std::string::npos);
+  EXPECT_NE(error_message_of([&] { splits.train->get(2); }).find("velocity"), std::string::npos);
 }
 
 TEST(SamplerTest, ShardsAreDisjointAndTheSameLengthOnEveryRank) {

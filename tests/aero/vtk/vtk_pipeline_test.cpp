@@ -29,14 +29,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  }
-  return "";
-}
+using testing::error_message_of;
 
 TEST(SignedDistanceTest, SphereStlMatchesTheAnalyticDistanceWithinTheChordError) {
   const double r = 1.0;
@@ -74,12 +67,12 @@ TEST(SignedDistanceTest, OpenOrEmptyMeshesAreRejectedByName) {
   auto mesh = make_icosphere(1.0, {0, 0, 0}, 1);
   mesh.name = "car.stl";
   mesh.faces.pop_back();
-  const auto msg = error_of([&] { SignedDistance{mesh}; });
+  const auto msg = error_message_of([&] { SignedDistance{mesh}; });
   EXPECT_NE(msg.find("car.stl"), std::string::npos) << msg;
   EXPECT_NE(msg.find("watertight"), std::string::npos) << msg;
   testing::TempDir dir;
   std::ofstream(dir.file("empty.stl")).close();
-  EXPECT_NE(error_of([&] { read_stl(dir.file("empty.stl")); }).find("empty.stl"), std::string::npos);
+  EXPECT_NE(error_message_of([&] { read_stl(dir.file("empty.stl")); }).find("empty.stl"), std::string::npos);
 }
 
 TEST(VtkIoTest, CellDataMovesToPointsAndBadFilesNameTheFileAndField) {
@@ -113,14 +106,14 @@ TEST(VtkIoTest, CellDataMovesToPointsAndBadFilesNameTheFileAndField) {
   auto c = read_vtu(dir.file("cells.vtu"), {"pCell"});
   EXPECT_TRUE(torch::allclose(c.fields["pCell"], p));
 
-  const auto missing = error_of([&] { read_vtu(dir.file("a.vtu"), {"UMeanTrim"}); });
+  const auto missing = error_message_of([&] { read_vtu(dir.file("a.vtu"), {"UMeanTrim"}); });
   EXPECT_NE(missing.find("a.vtu"), std::string::npos) << missing;
   EXPECT_NE(missing.find("'UMeanTrim'"), std::string::npos) << missing;
   EXPECT_NE(missing.find("pMeanTrim"), std::string::npos) << missing;  // lists what it has
 
   fs::copy_file(dir.file("a.vtu"), dir.file("cut.vtu"));
   fs::resize_file(dir.file("cut.vtu"), fs::file_size(dir.file("cut.vtu")) / 3);
-  const auto cut = error_of([&] { read_vtu(dir.file("cut.vtu"), {"pMeanTrim"}); });
+  const auto cut = error_message_of([&] { read_vtu(dir.file("cut.vtu"), {"pMeanTrim"}); });
   EXPECT_NE(cut.find("cut.vtu"), std::string::npos) << cut;
 }
 
@@ -141,7 +134,7 @@ TEST(VtkIoTest, AFieldWithTheWrongNumberOfValuesIsAnError) {
   w->SetFileName(dir.file("mismatch.vtu").c_str());
   w->SetInputData(g);
   w->Write();
-  const auto msg = error_of([&] { read_vtu(dir.file("mismatch.vtu"), {"nutMeanTrim"}); });
+  const auto msg = error_message_of([&] { read_vtu(dir.file("mismatch.vtu"), {"nutMeanTrim"}); });
   EXPECT_NE(msg.find("mismatch.vtu"), std::string::npos) << msg;
 }
 
@@ -153,11 +146,11 @@ TEST(RawRunTest, WrongComponentsAndMissingMetadataAreNamed) {
   const std::string run = dir.file("run_0000");
   auto fields = default_field_names();
   fields["velocity"] = "pMeanTrim";  // a scalar where a vector is needed
-  const auto msg = error_of([&] { read_raw_run(run, fields); });
+  const auto msg = error_message_of([&] { read_raw_run(run, fields); });
   EXPECT_NE(msg.find("pMeanTrim"), std::string::npos) << msg;
   EXPECT_NE(msg.find("velocity"), std::string::npos) << msg;
   fs::remove(run + "/metadata.json");
-  EXPECT_NE(error_of([&] { read_raw_run(run, default_field_names()); }).find("metadata.json"),
+  EXPECT_NE(error_message_of([&] { read_raw_run(run, default_field_names()); }).find("metadata.json"),
             std::string::npos);
 }
 
