@@ -85,8 +85,8 @@ stage_profile() {
   # with fewer slices (less points x heads x slices traffic), and AdamW.
   for extra in "" "model.slice_num=32" "model.slice_num=64" "model.n_layers=6"; do
     log "profile: AdamW, async, $extra"
-    $BIN bench --rounds 1 --steps 10 --warmup 5 --policies async optimizer.name=adamw $extra 2>&1 \
-      | grep -E "^async" | tee -a "$OUT/summary.txt"
+    $BIN bench --rounds 1 --steps 10 --warmup 5 optimizer.name=adamw $extra --policies async 2>&1 \
+      | grep -E "^async|error" | tee -a "$OUT/summary.txt"
   done
 }
 
