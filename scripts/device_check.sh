@@ -8,6 +8,7 @@
 #   train  the volume config for a few epochs, then TensorBoard's reader
 #   audit  slipstream train --audit-syncs on the volume config
 #   profile  ms/step with fewer slices or layers (where the time goes)
+#   torchrun  2 GPUs through torchrun (kind nvidia-h200-x2)
 #   multi  2 GPUs (kind nvidia-h200-x2): NCCL tests, bench on 1 and 2 GPUs, training
 # Usage (device tool): bash scripts/device_check.sh build test bench train
 # Carry: .deb (apt-get download of the packages in scripts/device_debs.txt)
@@ -78,6 +79,23 @@ stage_multi() {
     training.num_epochs=2 training.steps_per_epoch=8 run_id=volume2 >"$OUT/train_volume2.log" 2>&1
   grep -vE "^Epoch [0-9]+ \[" "$OUT/train_volume2.log" | grep -E "loss |epoch_seconds|peak|error|Run directory" | tee -a "$OUT/summary.txt"
   cp runs/volume2/metrics.jsonl "$OUT/metrics_volume2.jsonl" 2>/dev/null
+}
+
+stage_torchrun() {
+  log "torchrun: 2 ranks, torchrun --nproc-per-node 2 --no-python slipstream train"
+  torchrun --nproc-per-node 2 --no-python $BIN train model=transolver_volume \
+    dataset=synthetic_volume training.num_epochs=1 training.steps_per_epoch=6 \
+    training.validate=false run_id=torchrun >"$OUT/torchrun.log" 2>&1
+  local rc=$?
+  grep -E "summary|^  loss |error|Error|Run directory" "$OUT/torchrun.log" | head -20 | tee -a "$OUT/summary.txt"
+  python3 - <<'PY' 2>&1 | tee -a "$OUT/summary.txt"
+import json
+rs = [json.loads(l) for l in open("runs/torchrun/metrics.jsonl")]
+steps = [r["global_step"] for r in rs if r["kind"] == "train_step"]
+ws = [r["dataset"]["world_size"] for r in rs if r["kind"] == "dataset"]
+print(f"torchrun run: world_size {ws}, train steps logged {steps}")
+PY
+  return $rc
 }
 
 stage_profile() {

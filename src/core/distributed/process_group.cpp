@@ -166,7 +166,11 @@ std::unique_ptr<Communicator> init_process_group(const DistributedEnv& env,
   if (env.world_size <= 1) return nullptr;
   c10d::TCPStoreOptions store_opts;
   store_opts.port = static_cast<uint16_t>(env.master_port);
-  store_opts.isServer = env.rank == 0;
+  // Under torchrun the elastic agent already hosts the store on MASTER_PORT
+  // and says so; every rank then joins it as a client.
+  const char* agent_store = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  const bool use_agent_store = agent_store != nullptr && std::string(agent_store) == "True";
+  store_opts.isServer = env.rank == 0 && !use_agent_store;
   store_opts.numWorkers = env.world_size;
   store_opts.waitWorkers = true;
   store_opts.timeout = options.timeout;
@@ -175,7 +179,7 @@ std::unique_ptr<Communicator> init_process_group(const DistributedEnv& env,
     store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_opts);
   } catch (const std::exception& e) {
     TORCH_CHECK(false, "distributed: rank ", env.rank, " could not ",
-                env.rank == 0 ? "host" : "reach", " the rendezvous at ",
+                store_opts.isServer ? "host" : "reach", " the rendezvous at ",
                 env.master_addr, ":", env.master_port, ": ", e.what());
   }
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>("slipstream", store);
