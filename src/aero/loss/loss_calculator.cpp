@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <array>
+
 namespace slipstream::aero {
 
 std::vector<TargetField> default_target_fields() {
@@ -16,6 +18,47 @@ int64_t total_channels(const std::vector<TargetField>& fields) {
 
 namespace {
 const char* kComponents[] = {"x", "y", "z"};
+}
+
+const LossCalculator::MetricSelection& LossCalculator::selection(c10::Device device) const {
+  std::lock_guard<std::mutex> lock(selection_mutex_);
+  auto it = selections_.find(device.str());
+  if (it != selections_.end()) return it->second;
+  // Rows of the per-channel sums: 0 sum|d|, 1 sum|t|, 2 sum d^2, 3 sum t^2, 4 weight.
+  std::vector<std::string> keys;
+  std::vector<std::array<int64_t, 2>> spans;  // channel begin, length
+  std::vector<std::string> kinds;
+  int64_t c0 = 0;
+  for (const auto& f : options_.fields) {
+    for (const auto& m : options_.metrics) {
+      if (f.channels == 3) {
+        for (int c = 0; c < 3; ++c) {
+          keys.push_back(f.name + "_" + kComponents[c] + "_" + m);
+          spans.push_back({c0 + c, 1});
+          kinds.push_back(m);
+        }
+      }
+      keys.push_back(f.name + "_" + m);
+      spans.push_back({c0, f.channels});
+      kinds.push_back(m);
+    }
+    c0 += f.channels;
+  }
+  const int64_t k = static_cast<int64_t>(keys.size());
+  auto num = torch::zeros({5 * channels_, k}), den = torch::zeros({5 * channels_, k});
+  auto channels = torch::zeros({channels_, k}), power = torch::ones({k});
+  for (int64_t j = 0; j < k; ++j) {
+    const int64_t num_row = kinds[j] == "l2" ? 2 : 0;
+    const int64_t den_row = kinds[j] == "l1" ? 1 : kinds[j] == "l2" ? 3 : 4;
+    if (kinds[j] == "l2") power[j] = 0.5;
+    for (int64_t c = spans[j][0]; c < spans[j][0] + spans[j][1]; ++c) {
+      num[num_row * channels_ + c][j] = 1.0;
+      den[den_row * channels_ + c][j] = 1.0;
+      channels[c][j] = 1.0;
+    }
+  }
+  MetricSelection sel{keys, num.to(device), den.to(device), channels.to(device), power.to(device)};
+  return selections_.emplace(device.str(), std::move(sel)).first->second;
 }
 
 LossCalculator::LossCalculator(LossOptions options)
@@ -91,7 +134,7 @@ LossResult LossCalculator::compute(const torch::Tensor& prediction_in,
     rows.push_back(wsum_of(huber));
   }
   auto sums = torch::stack(rows);  // (R, C)
-  auto sad = sums[0], sat = sums[1], ssd = sums[2], sst = sums[3], wsum = sums[4];
+  auto ssd = sums[2], sst = sums[3], wsum = sums[4];
   torch::Tensor per_channel_loss;
   if (options_.type == "huber") per_channel_loss = sums[5] / wsum;
   else if (options_.type == "mse") per_channel_loss = ssd / wsum;
@@ -113,32 +156,21 @@ LossResult LossCalculator::compute(const torch::Tensor& prediction_in,
   for (size_t i = 0; i < field_losses.size(); ++i) {
     out.scalars.add("loss/" + options_.fields[i].name, field_losses[i].detach());
   }
-  // Metrics, from detached sums.
-  auto sad_d = sad.detach(), sat_d = sat.detach(), ssd_d = ssd.detach(), sst_d = sst.detach(),
-       wsum_d = wsum.detach();
-  auto metric = [&](const std::string& m, int64_t begin, int64_t len) {
-    auto s = [&](const torch::Tensor& row) { return row.narrow(0, begin, len).sum(); };
-    if (m == "l1") return s(sad_d) / s(sat_d);
-    if (m == "l2") return (s(ssd_d) / s(sst_d)).sqrt();
-    return s(sad_d) / s(wsum_d);  // mae
-  };
-  auto add_metric = [&](const std::string& key, const std::string& m, int64_t begin, int64_t len) {
-    auto value = metric(m, begin, len);
-    if (counts.defined()) {
-      out.scalars.add_counted(key, value, counts.narrow(0, begin, len).sum());
+  // Metrics: every key's numerator and denominator are sums of per-channel
+  // rows, so two matrix-vector products give them all (a handful of kernels
+  // instead of several per metric); l2 takes a square root.
+  const auto& sel = selection(p.device());
+  auto flat = sums.narrow(0, 0, 5).detach().reshape({-1});
+  auto metrics = (torch::matmul(flat, sel.numerator) / torch::matmul(flat, sel.denominator))
+                     .pow(sel.power);
+  torch::Tensor metric_counts;
+  if (counts.defined()) metric_counts = torch::matmul(counts, sel.channels);
+  for (size_t j = 0; j < sel.keys.size(); ++j) {
+    if (metric_counts.defined()) {
+      out.scalars.add_counted(sel.keys[j], metrics.select(0, j), metric_counts.select(0, j));
     } else {
-      out.scalars.add(key, value);
+      out.scalars.add(sel.keys[j], metrics.select(0, j));
     }
-  };
-  c0 = 0;
-  for (const auto& f : options_.fields) {
-    for (const auto& m : options_.metrics) {
-      if (f.channels == 3) {
-        for (int c = 0; c < 3; ++c) add_metric(f.name + "_" + kComponents[c] + "_" + m, m, c0 + c, 1);
-      }
-      add_metric(f.name + "_" + m, m, c0, f.channels);
-    }
-    c0 += f.channels;
   }
   return out;
 }

@@ -16,6 +16,8 @@
 
 #include <torch/types.h>
 
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -44,8 +46,19 @@ class LossCalculator {
   std::vector<std::string> keys() const;
 
  private:
+  // Per device: which channel sums make each metric (built once, cached).
+  struct MetricSelection {
+    std::vector<std::string> keys;
+    torch::Tensor numerator, denominator;  // (5*C, K)
+    torch::Tensor channels;                // (C, K)
+    torch::Tensor power;                   // (K): 0.5 for l2, else 1
+  };
+  const MetricSelection& selection(c10::Device device) const;
+
   LossOptions options_;
   int64_t channels_;
+  mutable std::mutex selection_mutex_;
+  mutable std::map<std::string, MetricSelection> selections_;
 };
 
 }  // namespace slipstream::aero
