@@ -98,6 +98,11 @@ PY
   return $rc
 }
 
+stage_quickbench() {
+  log "quickbench: volume config, Muon+AdamW, 2 rounds x 10 steps"
+  $BIN bench --rounds 2 --steps 10 --warmup 5 2>&1 | grep -E "^(blocking|async|none) " | tee -a "$OUT/summary.txt"
+}
+
 stage_profile() {
   # Where the step's time goes, for the fused-kernel work: the same step
   # with fewer slices (less points x heads x slices traffic), and AdamW.
