@@ -23,7 +23,7 @@ TempDir::TempDir() {
       return;
     }
   }
-  throw std::runtime_error("TempDir: could not create a temporary directory");
+  TORCH_CHECK(false, "TempDir: could not create a directory under ", base.string());
 }
 
 namespace {

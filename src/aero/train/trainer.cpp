@@ -282,14 +282,7 @@ EpochResult Trainer::train_epoch(int64_t epoch) {
     phase(Phase::kOther);
     readback.drain();
   }
-  EpochResult r;
-  r.epoch = epoch;
-  r.steps = steps;
-  r.seconds = seconds_since(epoch_t0);
-  r.peak_memory_gib = global_max(peak_memory_gib(device_));
-  r.means = acc.means();
-  log_summary("train", r);
-  return r;
+  return finish_epoch("train", epoch, steps, seconds_since(epoch_t0), acc.means());
 }
 
 EpochResult Trainer::val_epoch(int64_t epoch) {
@@ -330,13 +323,18 @@ EpochResult Trainer::val_epoch(int64_t epoch) {
     }
     readback.drain();
   }
+  return finish_epoch("val", epoch, steps, seconds_since(epoch_t0), acc.means());
+}
+
+EpochResult Trainer::finish_epoch(const char* phase, int64_t epoch, int64_t steps, double seconds,
+                                  std::map<std::string, double> means) {
   EpochResult r;
   r.epoch = epoch;
   r.steps = steps;
-  r.seconds = seconds_since(epoch_t0);
+  r.seconds = seconds;
   r.peak_memory_gib = global_max(peak_memory_gib(device_));
-  r.means = acc.means();
-  log_summary("val", r);
+  r.means = std::move(means);
+  log_summary(phase, r);
   return r;
 }
 

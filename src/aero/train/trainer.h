@@ -85,6 +85,8 @@ class Trainer {
   void check_same_config_on_every_rank();
   double global_max(double value);
   void log_summary(const char* phase, const EpochResult& r);
+  EpochResult finish_epoch(const char* phase, int64_t epoch, int64_t steps, double seconds,
+                           std::map<std::string, double> means);
 
   TrainSettings settings_;
   std::string config_yaml_;
