@@ -11,8 +11,8 @@
 #   torchrun  2 GPUs through torchrun (kind nvidia-h200-x2)
 #   multi  2 GPUs (kind nvidia-h200-x2): NCCL tests, bench on 1 and 2 GPUs, training
 # Usage (device tool): bash scripts/device_check.sh build test bench train
-# Carry: .deb (apt-get download of the packages in scripts/device_debs.txt)
-# and .fixtures (a copy of ../shared/fixtures).
+# Also: quickbench (a short bench). Carry .deb and .fixtures, filled here
+# first by scripts/device_prepare.sh.
 set -uo pipefail
 OUT=${OUT:-/tmp/slipstream-out}
 mkdir -p "$OUT"
