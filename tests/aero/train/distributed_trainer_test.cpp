@@ -12,10 +12,10 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
-#include <nlohmann/json.hpp>
 #include <sys/socket.h>
 #include <torch/torch.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdlib>
@@ -48,7 +48,8 @@ TEST(DistributedTest, BucketedAveragingEqualsOneProcessOnBothSamples) {
     std::vector<torch::Tensor> fx{torch::randn({1, 200, 3}), torch::randn({1, 200, 3})};
     // Reference: one process, the mean of both samples' losses.
     auto reference = (model->forward(emb[0], fx[0]).pow(2).mean() +
-                      model->forward(emb[1], fx[1]).pow(2).mean()) / 2;
+                      model->forward(emb[1], fx[1]).pow(2).mean()) /
+                     2;
     reference.backward();
     std::vector<torch::Tensor> want;
     for (auto& p : model->parameters()) {
@@ -62,7 +63,8 @@ TEST(DistributedTest, BucketedAveragingEqualsOneProcessOnBothSamples) {
     EXPECT_GT(averager.launched_during_backward(), 0u);
     size_t i = 0;
     for (auto& p : model->parameters()) {
-      const double err = ((p.grad() - want[i]).norm() / want[i].norm().clamp_min(1e-30)).item<double>();
+      const double err =
+          ((p.grad() - want[i]).norm() / want[i].norm().clamp_min(1e-30)).item<double>();
       EXPECT_LT(err, 1e-5) << "parameter " << i;
       ++i;
     }
@@ -71,78 +73,88 @@ TEST(DistributedTest, BucketedAveragingEqualsOneProcessOnBothSamples) {
 }
 
 std::vector<std::string> tiny_run(const std::string& out) {
-  return {"model.n_layers=1", "model.n_hidden=32", "model.n_head=2", "model.slice_num=8",
-          "dataset.num_train=8", "dataset.num_val=3", "dataset.points_per_sample=500",
-          "dataset.sampling_resolution=200", "training.num_epochs=2", "output_dir=" + out,
-          "run_id=d", "device=cpu", "logging.console_every_n_steps=100"};
+  return {"model.n_layers=1",
+          "model.n_hidden=32",
+          "model.n_head=2",
+          "model.slice_num=8",
+          "dataset.num_train=8",
+          "dataset.num_val=3",
+          "dataset.points_per_sample=500",
+          "dataset.sampling_resolution=200",
+          "training.num_epochs=2",
+          "output_dir=" + out,
+          "run_id=d",
+          "device=cpu",
+          "logging.console_every_n_steps=100"};
+}
+
+// Runs `body` on 2 Gloo ranks that share one output directory.
+void on_two_ranks(
+    const std::function<void(const std::string& out, const DistributedEnv&, Communicator*)>& body) {
+  testing::TempDir dir;
+  const std::string out = testing::is_worker() ? std::getenv("SLIPSTREAM_TEST_DIR") : dir.path();
+  testing::run_ranks(
+      2,
+      [&] {
+        const auto env = DistributedEnv::from_environment();
+        auto comm = init_process_group(env, c10::Device(c10::kCPU));
+        body(out, env, comm.get());
+      },
+      "SLIPSTREAM_TEST_DIR=" + dir.path());
 }
 
 TEST(DistributedTest, TwoRankTrainingKeepsParametersBitwiseEqualAndRank0Logs) {
   if (!has_gloo_backend()) GTEST_SKIP() << "no Gloo in this build";
-  testing::TempDir dir;
-  const std::string out = testing::is_worker() ? std::getenv("SLIPSTREAM_TEST_DIR") : dir.path();
-  testing::run_ranks(
-      2,
-      [&] {
-        const auto env = DistributedEnv::from_environment();
-        auto comm = init_process_group(env, c10::Device(c10::kCPU));
-        const auto c = Config::load(std::string(SLIPSTREAM_SOURCE_DIR) + "/configs", tiny_run(out));
-        Trainer trainer(resolve_settings(c), c.to_yaml(), comm.get());
-        int64_t compared = 0;
-        auto check_equal = [&] {
-          std::vector<torch::Tensor> flat;
-          for (auto& p : trainer.model()->parameters()) flat.push_back(p.detach().reshape({-1}));
-          auto mine = torch::cat(flat);
-          auto hi = mine.clone(), lo = -mine;
-          comm->all_reduce_max(hi);
-          comm->all_reduce_max(lo);
-          EXPECT_TRUE(torch::equal(hi, mine) && torch::equal(-lo, mine))
-              << "rank " << env.rank << " diverged before step " << compared;
-          ++compared;
-        };
-        trainer.set_step_hook([&](int64_t) { check_equal(); });
-        trainer.fit();
-        check_equal();
-        EXPECT_EQ(compared, 9);  // 4 steps an epoch (8 samples / 2 ranks), 2 epochs, + after
-        comm->barrier();
-        if (env.rank == 0) {
-          int64_t expect = 0;
-          for (const auto& line : testing::read_lines(out + "/d/metrics.jsonl")) {
-            auto j = nlohmann::json::parse(line);
-            if (j["kind"] == "train_step") {
-              EXPECT_EQ(j["global_step"], expect++);
-            }
-            if (j["kind"] == "dataset") {
-              EXPECT_EQ(j["dataset"]["world_size"], 2);
-            }
-          }
-          EXPECT_EQ(expect, 8);  // once each, written by rank 0 alone
+  on_two_ranks([](const std::string& out, const DistributedEnv& env, Communicator* comm) {
+    const auto c = Config::load(std::string(SLIPSTREAM_SOURCE_DIR) + "/configs", tiny_run(out));
+    Trainer trainer(resolve_settings(c), c.to_yaml(), comm);
+    int64_t compared = 0;
+    auto check_equal = [&] {
+      std::vector<torch::Tensor> flat;
+      for (auto& p : trainer.model()->parameters()) flat.push_back(p.detach().reshape({-1}));
+      auto mine = torch::cat(flat);
+      auto hi = mine.clone(), lo = -mine;
+      comm->all_reduce_max(hi);
+      comm->all_reduce_max(lo);
+      EXPECT_TRUE(torch::equal(hi, mine) && torch::equal(-lo, mine))
+          << "rank " << env.rank << " diverged before step " << compared;
+      ++compared;
+    };
+    trainer.set_step_hook([&](int64_t) { check_equal(); });
+    trainer.fit();
+    check_equal();
+    EXPECT_EQ(compared, 9);  // 4 steps an epoch (8 samples / 2 ranks), 2 epochs, + after
+    comm->barrier();
+    if (env.rank == 0) {
+      int64_t expect = 0;
+      for (const auto& line : testing::read_lines(out + "/d/metrics.jsonl")) {
+        auto j = nlohmann::json::parse(line);
+        if (j["kind"] == "train_step") {
+          EXPECT_EQ(j["global_step"], expect++);
         }
-      },
-      "SLIPSTREAM_TEST_DIR=" + dir.path());
+        if (j["kind"] == "dataset") {
+          EXPECT_EQ(j["dataset"]["world_size"], 2);
+        }
+      }
+      EXPECT_EQ(expect, 8);  // once each, written by rank 0 alone
+    }
+  });
 }
 
 TEST(DistributedTest, RanksWithDifferentConfigsFailNamingTheRank) {
   if (!has_gloo_backend()) GTEST_SKIP() << "no Gloo in this build";
-  testing::TempDir dir;
-  const std::string out = testing::is_worker() ? std::getenv("SLIPSTREAM_TEST_DIR") : dir.path();
-  testing::run_ranks(
-      2,
-      [&] {
-        const auto env = DistributedEnv::from_environment();
-        auto comm = init_process_group(env, c10::Device(c10::kCPU));
-        auto overrides = tiny_run(out);
-        if (env.rank == 1) overrides.push_back("optimizer.lr=0.5");
-        const auto c = Config::load(std::string(SLIPSTREAM_SOURCE_DIR) + "/configs", overrides);
-        try {
-          Trainer trainer(resolve_settings(c), c.to_yaml(), comm.get());
-          ADD_FAILURE() << "rank " << env.rank << ": a config mismatch must be an error";
-        } catch (const c10::Error& e) {
-          const std::string msg = e.what_without_backtrace();
-          EXPECT_NE(msg.find("rank(s) 1"), std::string::npos) << msg;
-        }
-      },
-      "SLIPSTREAM_TEST_DIR=" + dir.path());
+  on_two_ranks([](const std::string& out, const DistributedEnv& env, Communicator* comm) {
+    auto overrides = tiny_run(out);
+    if (env.rank == 1) overrides.push_back("optimizer.lr=0.5");
+    const auto c = Config::load(std::string(SLIPSTREAM_SOURCE_DIR) + "/configs", overrides);
+    try {
+      Trainer trainer(resolve_settings(c), c.to_yaml(), comm);
+      ADD_FAILURE() << "rank " << env.rank << ": a config mismatch must be an error";
+    } catch (const c10::Error& e) {
+      const std::string msg = e.what_without_backtrace();
+      EXPECT_NE(msg.find("rank(s) 1"), std::string::npos) << msg;
+    }
+  });
 }
 
 TEST(DistributedTest, PortInUseIsAClearErrorNotAHang) {
