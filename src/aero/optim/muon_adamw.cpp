@@ -7,31 +7,47 @@
 namespace slipstream::aero {
 
 torch::Tensor newton_schulz_orthogonalize(const torch::Tensor& update, const MuonOptions& o) {
-  TORCH_CHECK(update.dim() == 2, "muon: expected a matrix, got shape ", update.sizes());
+  TORCH_CHECK(update.dim() == 2 || update.dim() == 3,
+              "muon: expected a matrix or a stack of matrices, got shape ", update.sizes());
+  if (update.dim() == 2) return newton_schulz_orthogonalize(update.unsqueeze(0), o).squeeze(0);
   auto x = update.to(torch::kBFloat16);
-  const bool transposed = update.size(0) > update.size(1);
-  if (transposed) x = x.t();
-  x = x / x.norm().clamp_min(o.eps);
+  const bool transposed = update.size(1) > update.size(2);
+  if (transposed) x = x.transpose(1, 2);
+  // Each matrix by its own Frobenius norm.
+  x = x / x.flatten(1).norm(2, 1).clamp_min(o.eps).view({-1, 1, 1});
   for (int i = 0; i < o.ns_steps; ++i) {
-    auto gram = torch::mm(x, x.t());
-    auto gram_update = torch::addmm(gram, gram, gram, /*beta=*/o.ns_b, /*alpha=*/o.ns_c);
-    x = torch::addmm(x, gram_update, x, /*beta=*/o.ns_a);
+    auto gram = torch::bmm(x, x.transpose(1, 2));
+    auto gram_update = torch::baddbmm(gram, gram, gram, /*beta=*/o.ns_b, /*alpha=*/o.ns_c);
+    x = torch::baddbmm(x, gram_update, x, /*beta=*/o.ns_a);
   }
-  if (transposed) x = x.t();
+  if (transposed) x = x.transpose(1, 2);
   return x;
 }
 
-void muon_update(torch::Tensor& param, const torch::Tensor& grad, torch::Tensor& buffer,
-                 double lr, double weight_decay, const MuonOptions& o) {
-  torch::NoGradGuard no_grad;
+namespace {
+
+// The momentum step; returns the update to orthogonalise.
+torch::Tensor muon_momentum(const torch::Tensor& grad, torch::Tensor& buffer, const MuonOptions& o) {
   buffer.lerp_(grad, 1.0 - o.momentum);
-  auto update = o.nesterov ? grad.lerp(buffer, o.momentum) : buffer;
-  auto ortho = newton_schulz_orthogonalize(update, o);
+  return o.nesterov ? grad.lerp(buffer, o.momentum) : buffer;
+}
+
+void muon_apply(torch::Tensor& param, const torch::Tensor& ortho, double lr, double weight_decay,
+                const MuonOptions& o) {
   const double rows = static_cast<double>(param.size(0)), cols = static_cast<double>(param.size(1));
   const double ratio = o.adjust_lr == "match_rms_adamw" ? 0.2 * std::sqrt(std::max(rows, cols))
                                                          : std::sqrt(std::max(1.0, rows / cols));
   param.mul_(1.0 - lr * weight_decay);
   param.add_(ortho.to(param.scalar_type()), -lr * ratio);
+}
+
+}  // namespace
+
+void muon_update(torch::Tensor& param, const torch::Tensor& grad, torch::Tensor& buffer,
+                 double lr, double weight_decay, const MuonOptions& o) {
+  torch::NoGradGuard no_grad;
+  muon_apply(param, newton_schulz_orthogonalize(muon_momentum(grad, buffer, o), o), lr,
+             weight_decay, o);
 }
 
 MuonAdamW::MuonAdamW(const std::vector<std::pair<std::string, torch::Tensor>>& named_parameters,
@@ -45,6 +61,8 @@ MuonAdamW::MuonAdamW(const std::vector<std::pair<std::string, torch::Tensor>>& n
   for (const auto& [name, p] : named_parameters) {
     if (!p.requires_grad()) continue;
     if (options_.name == "muon" && p.dim() == 2) {
+      auto& group = muon_groups_[{p.size(0), p.size(1)}];
+      group.push_back(muon_.size());
       muon_.push_back({name, p, torch::zeros_like(p)});
     } else {
       adam_.push_back({name, p, torch::zeros_like(p), torch::zeros_like(p)});
@@ -64,9 +82,23 @@ void MuonAdamW::zero_grad() {
 void MuonAdamW::step() {
   torch::NoGradGuard no_grad;
   ++steps_;
-  for (auto& s : muon_) {
-    if (!s.param.grad().defined()) continue;
-    muon_update(s.param, s.param.grad(), s.buffer, lr_, options_.weight_decay, options_.muon);
+  // Newton-Schulz on each group of same-shape matrices at once (bmm): a few
+  // launches per shape instead of per matrix.
+  for (const auto& [shape, members] : muon_groups_) {
+    std::vector<size_t> live;
+    std::vector<torch::Tensor> updates;
+    for (size_t i : members) {
+      auto& s = muon_[i];
+      if (!s.param.grad().defined()) continue;
+      live.push_back(i);
+      updates.push_back(muon_momentum(s.param.grad(), s.buffer, options_.muon));
+    }
+    if (live.empty()) continue;
+    const auto ortho = newton_schulz_orthogonalize(torch::stack(updates), options_.muon);
+    for (size_t k = 0; k < live.size(); ++k) {
+      muon_apply(muon_[live[k]].param, ortho[static_cast<int64_t>(k)], lr_, options_.weight_decay,
+                 options_.muon);
+    }
   }
   const auto& a = options_.adamw;
   const double bc1 = 1.0 - std::pow(a.beta1, static_cast<double>(steps_));

@@ -8,7 +8,8 @@
 // RMS matches AdamW's). AdamW as torch.optim.AdamW (decoupled weight decay,
 // bias-corrected moments).
 //
-// Everything runs on the parameters' device without host syncs. The state
+// Newton-Schulz runs once per group of same-shape matrices (bmm over the
+// stack). Everything runs on the parameters' device without host syncs. The state
 // round-trips through named tensors for checkpoints.
 #pragma once
 
@@ -47,7 +48,8 @@ struct OptimizerOptions {
 void muon_update(torch::Tensor& param, const torch::Tensor& grad, torch::Tensor& buffer,
                  double lr, double weight_decay, const MuonOptions& options);
 
-// The orthogonalisation alone.
+// The orthogonalisation alone, of one matrix (r, c) or of a stack (k, r, c),
+// each matrix on its own (batched matrix products).
 torch::Tensor newton_schulz_orthogonalize(const torch::Tensor& update, const MuonOptions& options);
 
 class MuonAdamW {
@@ -79,6 +81,7 @@ class MuonAdamW {
   double lr_;
   int64_t steps_ = 0;
   std::vector<MuonSlot> muon_;
+  std::map<std::pair<int64_t, int64_t>, std::vector<size_t>> muon_groups_;  // by shape
   std::vector<AdamSlot> adam_;
 };
 

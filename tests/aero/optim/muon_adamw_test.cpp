@@ -39,6 +39,37 @@ TEST(MuonTest, OrthogonalisedUpdateHasSingularValuesNearOne) {
   EXPECT_LT(s.max().item<double>(), 1.3);
 }
 
+TEST(MuonAdamWTest, BatchedStepEqualsOneMatrixAtATime) {
+  torch::manual_seed(3);
+  // Three matrices of one shape (one stack), one of another, one tall.
+  std::vector<torch::Tensor> ps{torch::randn({8, 16}), torch::randn({8, 16}), torch::randn({8, 16}),
+                                torch::randn({12, 6}), torch::randn({20, 4})};
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  std::vector<torch::Tensor> refs, bufs;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    named.emplace_back("p" + std::to_string(i), ps[i].clone().requires_grad_(true));
+    refs.push_back(ps[i].clone());
+    bufs.push_back(torch::zeros_like(ps[i]));
+  }
+  OptimizerOptions opts;
+  opts.lr = 0.02;
+  opts.weight_decay = 0.1;
+  MuonAdamW opt(named, opts);
+  ASSERT_EQ(opt.muon_parameter_count(), ps.size());
+  for (int step = 0; step < 2; ++step) {
+    for (size_t i = 0; i < ps.size(); ++i) {
+      const auto g = torch::randn_like(ps[i]);
+      named[i].second.mutable_grad() = g.clone();
+      muon_update(refs[i], g, bufs[i], opts.lr, opts.weight_decay, opts.muon);
+    }
+    opt.step();
+  }
+  for (size_t i = 0; i < ps.size(); ++i) {
+    EXPECT_LT(relative_error(named[i].second.detach(), refs[i]), 1e-6) << named[i].first;
+    EXPECT_GT(relative_error(ps[i], refs[i]), 1e-3) << named[i].first;  // it moved
+  }
+}
+
 TEST(MuonAdamWTest, SplitsMatricesFromTheRestAndAdamWMatchesTheClosedForm) {
   auto w = torch::randn({4, 3}, torch::requires_grad());
   auto b = torch::randn({3}, torch::requires_grad());
