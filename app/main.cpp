@@ -142,6 +142,8 @@ int main(int argc, char** argv) {
   bench->add_option("--warmup", bench_opts.warmup_steps, "untimed steps before each timed block");
   bench->add_option("--policies", bench_opts.policies, "readback policies to compare");
   bench->add_flag("--audit-syncs", bench_opts.audit_syncs, "count synchronizing CUDA calls");
+  bench->add_flag("--profile", bench_opts.profile,
+                  "then profile one round: device time per kernel and step");
   bench->add_option("overrides", overrides, "key=value config overrides");
 
   app.add_subcommand("launch", "launch --nproc N [--port P] -- train ...: N local ranks");

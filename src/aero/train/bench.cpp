@@ -2,6 +2,7 @@
 
 #include "aero/config/config.h"
 #include "aero/device/device.h"
+#include "aero/device/kernel_profile.h"
 #include "aero/train/trainer.h"
 #include "core/distributed/process_group.h"
 
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <map>
 
@@ -74,10 +76,28 @@ int run_bench(const std::string& config_dir, std::vector<std::string> overrides,
       res.peak_gib = std::max(res.peak_gib, r.peak_memory_gib);
     }
   }
+  std::string profile_table;
+  if (o.profile) {
+    trainer.set_readback_policy(parse_readback_policy(o.policies.front()));
+    std::filesystem::create_directories(settings.output_dir);
+    const std::string trace = settings.output_dir + "/" + settings.run_id + "-kernel_trace.json";
+    const auto times = profile_kernels(
+        [&] {
+          trainer.train_epoch(epoch++);
+          synchronize_device(device);
+        },
+        trace);
+    profile_table = "\nprofile (" + o.policies.front() + ", all " +
+                    std::to_string(o.warmup_steps + o.steps_per_round) + " steps of a round; trace " +
+                    trace + ")\n" +
+                    format_kernel_table(times, o.warmup_steps + o.steps_per_round, 30);
+  }
   if (!print) return 0;
-  std::printf("\nslipstream bench: %s, %lld points/step, %s, device %s x %d ranks, %d rounds x %d "
-              "steps (after %d warm-up)\n",
+  std::printf("%s", profile_table.c_str());
+  std::printf("\nslipstream bench: %s (fused attention %s), %lld points/step, %s, device %s x %d "
+              "ranks, %d rounds x %d steps (after %d warm-up)\n",
               config.get<std::string>("defaults.model").c_str(),
+              settings.model.fused_attention ? "on" : "off",
               static_cast<long long>(settings.sampling_resolution), settings.optimizer.name.c_str(),
               device.str().c_str(), env.world_size, o.rounds, o.steps_per_round, o.warmup_steps);
   std::printf("%-10s %12s %12s %12s %10s\n", "policy", "median ms", "min ms", "max ms", "peak GiB");
@@ -95,6 +115,7 @@ int run_bench(const std::string& config_dir, std::vector<std::string> overrides,
                      {"model", config.get<std::string>("defaults.model")},
                      {"points", settings.sampling_resolution},
                      {"optimizer", settings.optimizer.name},
+                     {"fused_attention", settings.model.fused_attention},
                      {"precision", device.is_cuda() ? "bf16" : "fp32"},
                      {"world_size", env.world_size}};
     std::cout << j.dump() << "\n";

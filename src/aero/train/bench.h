@@ -20,6 +20,10 @@ struct BenchOptions {
   int warmup_steps = 10;
   std::vector<std::string> policies{"blocking", "async", "none"};
   bool audit_syncs = false;
+  // After the timed rounds, one more round of the first policy under the
+  // Kineto profiler: prints device time per kernel and step, and writes the
+  // Chrome trace beside the run directories.
+  bool profile = false;
 };
 
 struct BenchPolicyResult {
