@@ -1,5 +1,6 @@
 #include "aero/device/device.h"
 
+#include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <sys/resource.h>
 #include <torch/cuda.h>
@@ -100,6 +101,16 @@ AutocastGuard::~AutocastGuard() {
     at::autocast::set_autocast_enabled(at::kCUDA, previous_enabled_);
   }
 #endif
+}
+
+at::Tensor autocast_input(const at::Tensor& x) {
+#ifdef SLIPSTREAM_WITH_CUDA
+  if (x.is_cuda() && at::autocast::is_autocast_enabled(at::kCUDA) && x.is_floating_point()) {
+    const auto dtype = at::autocast::get_autocast_dtype(at::kCUDA);
+    if (x.scalar_type() != dtype) return x.to(dtype);
+  }
+#endif
+  return x;
 }
 
 bool set_sync_debug_mode(int mode) {

@@ -3,6 +3,7 @@
 // CPU-only LibTorch; the CUDA parts are built when Torch has CUDA.
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
 #include <string>
@@ -35,6 +36,12 @@ class AutocastGuard {
   bool active_ = false;
   bool previous_enabled_ = false;
 };
+
+// `x` cast to the autocast dtype when CUDA autocast is on and x is a
+// floating CUDA tensor of another dtype; else x itself. For a tensor that
+// several autocast layers read: one cast (and, backward, one cast of the
+// summed gradient) instead of one per layer.
+at::Tensor autocast_input(const at::Tensor& x);
 
 // CUDA sync debugging: 0 off, 1 warn, 2 error. Returns false where CUDA is
 // not built in.

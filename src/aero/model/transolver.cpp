@@ -1,7 +1,10 @@
 #include "aero/model/transolver.h"
 
 #include <torch/torch.h>
-#include <torch/version.h>
+
+#include "aero/device/device.h"
+#include "aero/model/fused_physics_attention.h"
+#include "aero/model/slice_ops.h"
 
 #include <cmath>
 
@@ -23,13 +26,31 @@ MlpImpl::MlpImpl(int64_t in, int64_t hidden, int64_t out) {
                                       torch::nn::Linear(hidden, out)));
 }
 
-torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return layers->forward(x); }
+namespace {
+
+// at::linear rather than the C++ frontend's Linear::forward: for inputs of
+// more than two dimensions the latter runs matmul and then `out += bias`,
+// which under autocast adds an fp32 bias into a bf16 output through a slow
+// mixed-dtype kernel (seen: 22 ms of a 180 ms step); at::linear folds the
+// bias into one GEMM.
+torch::Tensor linear(const torch::nn::LinearImpl& l, const torch::Tensor& x) {
+  return torch::linear(x, l.weight, l.bias);
+}
+
+}  // namespace
+
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  const auto& first = layers[0]->as<torch::nn::Linear>();
+  const auto& second = layers[2]->as<torch::nn::Linear>();
+  return linear(*second, torch::gelu(linear(*first, x)));
+}
 
 PhysicsAttentionImpl::PhysicsAttentionImpl(const TransolverOptions& o)
     : heads(o.n_head),
       dim_head(o.n_hidden / o.n_head),
       slices(o.slice_num),
-      eps(o.slice_norm_eps) {
+      eps(o.slice_norm_eps),
+      fused(o.fused_attention) {
   TORCH_CHECK(o.n_hidden % o.n_head == 0, "model: n_hidden (", o.n_hidden,
               ") must be divisible by n_head (", o.n_head, ")");
   const int64_t c = o.n_hidden;
@@ -43,30 +64,34 @@ PhysicsAttentionImpl::PhysicsAttentionImpl(const TransolverOptions& o)
 }
 
 torch::Tensor PhysicsAttentionImpl::slice_weights(const torch::Tensor& x_mid) {
-  auto logits = in_project_slice->forward(x_mid);  // B N H G
+  auto logits = linear(*in_project_slice, x_mid);  // B N H G
   return torch::softmax(logits / temperature.clamp(0.5, 5.0), -1);
 }
 
-torch::Tensor PhysicsAttentionImpl::forward(const torch::Tensor& x) {
-  const int64_t b = x.size(0), n = x.size(1);
-  auto x_mid = in_project_x->forward(x).view({b, n, heads, dim_head});
-  auto fx_mid = in_project_fx->forward(x).view({b, n, heads, dim_head});
-  torch::Tensor slice_token;
-  torch::Tensor w;
-  w = slice_weights(x_mid);                                           // B N H G
-  auto norm = w.sum(1);                                               // B H G
-  slice_token = torch::einsum("bnhg,bnhc->bhgc", {w, fx_mid});        // B H G D
-  slice_token = slice_token / (norm + eps).unsqueeze(-1);
-  auto qkv = qkv_project->forward(slice_token).chunk(3, -1);
-#if TORCH_VERSION_MAJOR >= 2
-  auto out_slice = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2]);  // B H G D
-#else
-  const double scale = 1.0 / std::sqrt(static_cast<double>(dim_head));
-  auto attn = torch::softmax(torch::matmul(qkv[0], qkv[1].transpose(-2, -1)) * scale, -1);
-  auto out_slice = torch::matmul(attn, qkv[2]);                       // B H G D
-#endif
-  auto out = torch::einsum("bnhg,bhgc->bnhc", {w, out_slice});        // B N H D
-  return out_linear->forward(out.reshape({b, n, heads * dim_head}));
+bool PhysicsAttentionImpl::uses_fused(const torch::Tensor& x_mid) const {
+  return fused && slice_ops::kernels_apply(x_mid, slices);
+}
+
+torch::Tensor PhysicsAttentionImpl::forward(const torch::Tensor& x_in) {
+  const int64_t b = x_in.size(0), n = x_in.size(1);
+  // Both input projections read x: cast it once under autocast.
+  const auto x = autocast_input(x_in);
+  auto x_mid = linear(*in_project_x, x).view({b, n, heads, dim_head});
+  auto fx_mid = linear(*in_project_fx, x).view({b, n, heads, dim_head});
+  torch::Tensor out;
+  if (uses_fused(x_mid)) {
+    out = fused_physics_attention(x_mid, fx_mid,
+                                  {in_project_slice->weight, in_project_slice->bias, temperature,
+                                   qkv_project->weight, eps});
+  } else {
+    auto w = slice_weights(x_mid);                                        // B N H G
+    auto norm = w.sum(1);                                                 // B H G
+    auto slice_token = torch::einsum("bnhg,bnhc->bhgc", {w, fx_mid});     // B H G D
+    slice_token = slice_token / (norm + eps).unsqueeze(-1);
+    auto out_slice = slice_token_attention(slice_token, qkv_project->weight);  // B H G D
+    out = torch::einsum("bnhg,bhgc->bnhc", {w, out_slice});               // B N H D
+  }
+  return linear(*out_linear, out.reshape({b, n, heads * dim_head}));
 }
 
 TransolverBlockImpl::TransolverBlockImpl(const TransolverOptions& o, bool last) {
@@ -85,8 +110,11 @@ TransolverBlockImpl::TransolverBlockImpl(const TransolverOptions& o, bool last) 
 
 torch::Tensor TransolverBlockImpl::forward(const torch::Tensor& x_in) {
   auto x = Attn->forward(ln_1->forward(x_in)) + x_in;
-  x = ln_mlp1->forward(x) + x;
-  if (!ln_mlp2.is_empty()) return ln_mlp2->forward(x);
+  x = ln_mlp1[1]->as<Mlp>()->forward(ln_mlp1[0]->as<torch::nn::LayerNorm>()->forward(x)) + x;
+  if (!ln_mlp2.is_empty()) {
+    return linear(*ln_mlp2[1]->as<torch::nn::Linear>(),
+                  ln_mlp2[0]->as<torch::nn::LayerNorm>()->forward(x));
+  }
   return x;
 }
 

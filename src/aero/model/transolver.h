@@ -12,6 +12,7 @@
 //   s = (w^T Wf x) / (sum_N w + eps)                           (B,H,G,D)
 //   s' = SDPA(q, k, v) among the G slice tokens, q,k,v = Wqkv s
 //   y = w s' (back to points), heads merged, Linear(C -> C)
+// On CUDA the middle three lines run fused (fused_physics_attention.h).
 // The volume configuration (C 256, H 8, G 256, 12 layers, out 5) has
 // 8,964,709 parameters.
 #pragma once
@@ -39,6 +40,11 @@ struct TransolverOptions {
   int64_t mlp_ratio = 4;
   // Added to the slice weights' sum over points before normalising.
   double slice_norm_eps = 1e-2;
+  // Run slice -> attention -> deslice through fused_physics_attention (CUDA
+  // kernels that keep no points x heads x slices tensor) where its kernels
+  // apply: CUDA, bf16 autocast, dim_head 16/32/64, slices a multiple of 16
+  // up to 256. Elsewhere, and when false, the plain LibTorch path.
+  bool fused_attention = true;
 };
 
 // Linear, GELU, Linear, registered as "layers" (PhysicsNeMo's MLP).
@@ -56,9 +62,12 @@ class PhysicsAttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
   // The slice weights (B, N, H, G), for tests and tools.
   torch::Tensor slice_weights(const torch::Tensor& x_mid);
+  // Whether forward(x) takes the fused path for this x_mid.
+  bool uses_fused(const torch::Tensor& x_mid) const;
 
   int64_t heads, dim_head, slices;
   double eps;
+  bool fused;
   torch::Tensor temperature;
   torch::nn::Linear in_project_x{nullptr}, in_project_fx{nullptr}, in_project_slice{nullptr},
       qkv_project{nullptr}, out_linear{nullptr};

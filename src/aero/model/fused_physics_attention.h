@@ -1,0 +1,30 @@
+// Physics attention's slice -> attention among slices -> deslice as one
+// autograd function that keeps no points x heads x slices tensor: the
+// forward keeps x_mid, fx_mid and one log-normaliser per point and head; the
+// backward recomputes the slice weights (slice_ops.h). The plain module path
+// (PhysicsAttentionImpl with fused_attention off) is the reference it is
+// tested against.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace slipstream::aero {
+
+struct SliceAttentionParams {
+  at::Tensor slice_weight;  // in_project_slice.weight (G, D)
+  at::Tensor slice_bias;    // in_project_slice.bias (G)
+  at::Tensor temperature;   // (1, 1, H, 1), clamped to [0.5, 5] inside
+  at::Tensor qkv_weight;    // qkv_project.weight (3D, D)
+  double eps = 1e-2;        // added to the slice weights' sum over points
+};
+
+// x_mid, fx_mid (B, N, H, D) -> the deslice output (B, N, H, D), before the
+// heads are merged and out_linear applied.
+at::Tensor fused_physics_attention(const at::Tensor& x_mid, const at::Tensor& fx_mid,
+                                   const SliceAttentionParams& params);
+
+// Attention among the slice tokens (B, H, G, D): q, k, v = tokens Wqkv^T,
+// then softmax(q k^T / sqrt(D)) v. Shared by the plain and fused paths.
+at::Tensor slice_token_attention(const at::Tensor& tokens, const at::Tensor& qkv_weight);
+
+}  // namespace slipstream::aero

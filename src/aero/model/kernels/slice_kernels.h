@@ -1,0 +1,58 @@
+// CUDA kernels for the slice part of physics attention (Transolver), for one
+// layer, on bf16 inputs with fp32 accumulation. Plain C++ interface: raw
+// device pointers and a cudaStream_t passed as void*, so that this header
+// needs neither CUDA nor Torch; slice_ops.h wraps it for tensors.
+//
+// Per (batch b, head h), with D = dim_head, G = slices and tau_h the clamped
+// temperature:
+//   z[n,g]  = (x[n,:] . ws[g,:] + bias[g]) / tau_h          (slice logits)
+//   lse[n]  = log sum_g exp(z[n,g]);   w[n,g] = exp(z[n,g] - lse[n])
+// No kernel stores w: each recomputes it from x and the per-point lse, one
+// tile of 32 points at a time, in shared memory.
+//
+// Layouts (all contiguous, row-major): x, y, fx, gout, out, grad_x, grad_fx:
+// (B, N, H, D) bf16; ws: (G, D) bf16; bias: (G) fp32; tau: (H) fp32;
+// lse: (B, H, N) fp32; z, os, gs: (B, H, G, D) bf16; acc: (B, H, G, D) fp32;
+// colsum, gnorm: (B, H, G) fp32; grad_ws: (G, D) fp32; grad_bias: (G) fp32;
+// tau_acc: (H) fp32. Accumulating outputs (acc, colsum, grad_ws, grad_bias,
+// tau_acc) are added to with atomics: the caller zeroes them. Every launch
+// is asynchronous on `stream`; nothing here synchronizes.
+#pragma once
+
+#include <cstdint>
+
+namespace slipstream::aero::slice_kernels {
+
+struct Problem {
+  int64_t batch = 1, points = 0, heads = 0, dim = 0, slices = 0;
+  const void* x = nullptr;     // (B, N, H, D) bf16
+  const void* ws = nullptr;    // (G, D) bf16
+  const float* bias = nullptr; // (G)
+  const float* tau = nullptr;  // (H), already clamped
+  float* lse = nullptr;        // (B, H, N)
+  void* stream = nullptr;      // cudaStream_t
+};
+
+// True when the kernels handle this head size and slice count
+// (dim_head 16, 32 or 64; slices a multiple of 16, at most 256).
+bool supported(int64_t dim, int64_t slices);
+
+// acc[b,h,g,:] += sum_n w[n,g] y[n,:]; colsum[b,h,g] += sum_n w[n,g] when
+// colsum is not null. With compute_lse, lse is computed and written first;
+// otherwise it is read.
+void reduce(const Problem& p, const void* y, float* acc, float* colsum, bool compute_lse);
+
+// out[n,:] = sum_g w[n,g] z[g,:]  (bf16 out).
+void expand(const Problem& p, const void* z, void* out);
+
+// The backward of slice -> (attention among slices) -> deslice, after the
+// slice-attention backward: given gout = dL/d(out), os (the attention's
+// output), gs = dL/dS (S the un-normalised slice sums) and gnorm =
+// dL/d(sum_n w), it forms dL/dw = gout os^T + fx gs^T + gnorm, the softmax
+// backward, and writes grad_x, grad_fx, adds to grad_ws, grad_bias and
+// tau_acc[h] += sum (dL/dz) * z (the caller turns it into dL/dtau).
+void backward(const Problem& p, const void* fx, const void* gout, const void* os,
+              const void* gs, const float* gnorm, void* grad_x, void* grad_fx, float* grad_ws,
+              float* grad_bias, float* tau_acc);
+
+}  // namespace slipstream::aero::slice_kernels

@@ -1,0 +1,191 @@
+#include "aero/model/slice_ops.h"
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+
+#include "aero/model/kernels/slice_kernels.h"
+
+#ifdef SLIPSTREAM_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#endif
+
+namespace slipstream::aero::slice_ops {
+namespace {
+
+// ---- the ATen decomposition (CPU, and CUDA outside the kernels' reach) ----
+
+at::ScalarType math_type(const at::Tensor& x) {
+  return at::promote_types(x.scalar_type(), at::kFloat);
+}
+
+// z = (x ws^T + bias) / tau: (B, N, H, G).
+at::Tensor slice_logits(const Weights& in) {
+  const auto t = math_type(in.x);
+  auto logits = at::matmul(in.x.to(t), in.ws.to(t).t()) + in.bias.to(t);
+  return logits / in.tau.to(t).view({1, 1, -1, 1});
+}
+
+// w from z and lse (B, H, N).
+at::Tensor weights_from(const at::Tensor& z, const at::Tensor& lse) {
+  return at::exp(z - lse.to(z.scalar_type()).permute({0, 2, 1}).unsqueeze(-1));
+}
+
+at::Tensor sums_over_points(const at::Tensor& w, const at::Tensor& y) {
+  return at::einsum("bnhg,bnhd->bhgd", {w, y.to(w.scalar_type())});
+}
+
+// ---- the CUDA kernels ----
+
+#ifdef SLIPSTREAM_WITH_CUDA
+at::Tensor bf16(const at::Tensor& t) {
+  auto c = t.to(at::kBFloat16).contiguous();
+  // The kernels read rows in 16-byte pieces.
+  if (reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 != 0) c = c.clone();
+  return c;
+}
+
+at::Tensor f32(const at::Tensor& t) { return t.to(at::kFloat).contiguous(); }
+
+struct KernelInputs {
+  at::Tensor x, ws, bias, tau;
+  slice_kernels::Problem problem;
+};
+
+KernelInputs kernel_inputs(const Weights& in, const at::Tensor& lse) {
+  KernelInputs k{bf16(in.x), bf16(in.ws), f32(in.bias), f32(in.tau), {}};
+  auto& p = k.problem;
+  p.batch = in.x.size(0);
+  p.points = in.x.size(1);
+  p.heads = in.x.size(2);
+  p.dim = in.x.size(3);
+  p.slices = in.ws.size(0);
+  p.x = k.x.data_ptr();
+  p.ws = k.ws.data_ptr();
+  p.bias = k.bias.data_ptr<float>();
+  p.tau = k.tau.data_ptr<float>();
+  p.lse = lse.data_ptr<float>();
+  p.stream = at::cuda::getCurrentCUDAStream(in.x.get_device()).stream();
+  return k;
+}
+
+at::Tensor zeros_f32(const at::Tensor& like, at::IntArrayRef sizes) {
+  return at::zeros(sizes, like.options().dtype(at::kFloat));
+}
+#endif
+
+void check_shapes(const Weights& in) {
+  TORCH_CHECK(in.x.dim() == 4, "slice ops: x_mid must be (B, N, H, D), got ", in.x.sizes());
+  TORCH_CHECK(in.ws.dim() == 2 && in.ws.size(1) == in.x.size(3), "slice ops: slice weight ",
+              in.ws.sizes(), " does not match head size ", in.x.size(3));
+  TORCH_CHECK(in.tau.numel() == in.x.size(2), "slice ops: ", in.tau.numel(),
+              " temperatures for ", in.x.size(2), " heads");
+}
+
+}  // namespace
+
+bool kernels_apply(const at::Tensor& x, int64_t slices) {
+#ifdef SLIPSTREAM_WITH_CUDA
+  return x.is_cuda() && x.scalar_type() == at::kBFloat16 && x.dim() == 4 &&
+         slice_kernels::supported(x.size(3), slices);
+#else
+  (void)x;
+  (void)slices;
+  return false;
+#endif
+}
+
+FirstReduce reduce_first(const Weights& in, const at::Tensor& y) {
+  check_shapes(in);
+#ifdef SLIPSTREAM_WITH_CUDA
+  if (kernels_apply(in.x, in.ws.size(0))) {
+    const c10::cuda::CUDAGuard guard(in.x.device());
+    const int64_t b = in.x.size(0), n = in.x.size(1), h = in.x.size(2), d = in.x.size(3),
+                  g = in.ws.size(0);
+    FirstReduce r{zeros_f32(in.x, {b, h, g, d}), zeros_f32(in.x, {b, h, g}),
+                  at::empty({b, h, n}, in.x.options().dtype(at::kFloat))};
+    auto k = kernel_inputs(in, r.lse);
+    const auto yb = bf16(y);
+    slice_kernels::reduce(k.problem, yb.data_ptr(), r.sums.data_ptr<float>(),
+                          r.colsum.data_ptr<float>(), /*compute_lse=*/true);
+    return r;
+  }
+#endif
+  const auto z = slice_logits(in);
+  const auto lse = at::logsumexp(z, -1).permute({0, 2, 1}).contiguous();
+  const auto w = weights_from(z, lse);
+  return {sums_over_points(w, y), w.sum(1), lse};
+}
+
+at::Tensor reduce(const Weights& in, const at::Tensor& lse, const at::Tensor& y) {
+  check_shapes(in);
+#ifdef SLIPSTREAM_WITH_CUDA
+  if (kernels_apply(in.x, in.ws.size(0))) {
+    const c10::cuda::CUDAGuard guard(in.x.device());
+    auto sums = zeros_f32(in.x, {in.x.size(0), in.x.size(2), in.ws.size(0), in.x.size(3)});
+    auto k = kernel_inputs(in, lse);
+    const auto yb = bf16(y);
+    slice_kernels::reduce(k.problem, yb.data_ptr(), sums.data_ptr<float>(), nullptr, false);
+    return sums;
+  }
+#endif
+  return sums_over_points(weights_from(slice_logits(in), lse), y);
+}
+
+at::Tensor expand(const Weights& in, const at::Tensor& lse, const at::Tensor& z) {
+  check_shapes(in);
+#ifdef SLIPSTREAM_WITH_CUDA
+  if (kernels_apply(in.x, in.ws.size(0))) {
+    const c10::cuda::CUDAGuard guard(in.x.device());
+    auto out = at::empty(in.x.sizes(), in.x.options().dtype(at::kBFloat16));
+    auto k = kernel_inputs(in, lse);
+    const auto zb = bf16(z);
+    slice_kernels::expand(k.problem, zb.data_ptr(), out.data_ptr());
+    return out;
+  }
+#endif
+  const auto w = weights_from(slice_logits(in), lse);
+  return at::einsum("bnhg,bhgd->bnhd", {w, z.to(w.scalar_type())}).to(in.x.scalar_type());
+}
+
+BackwardResult backward(const Weights& in, const at::Tensor& lse, const at::Tensor& fx,
+                        const at::Tensor& gout, const at::Tensor& os, const at::Tensor& gs,
+                        const at::Tensor& gnorm) {
+  check_shapes(in);
+#ifdef SLIPSTREAM_WITH_CUDA
+  if (kernels_apply(in.x, in.ws.size(0))) {
+    const c10::cuda::CUDAGuard guard(in.x.device());
+    const int64_t g = in.ws.size(0), d = in.x.size(3), h = in.x.size(2);
+    BackwardResult r{at::empty(in.x.sizes(), in.x.options()),
+                     at::empty(in.x.sizes(), in.x.options()), zeros_f32(in.x, {g, d}),
+                     zeros_f32(in.x, {g}), zeros_f32(in.x, {h})};
+    auto k = kernel_inputs(in, lse);
+    const auto fxb = bf16(fx), gob = bf16(gout), osb = bf16(os), gsb = bf16(gs);
+    const auto gn = f32(gnorm);
+    slice_kernels::backward(k.problem, fxb.data_ptr(), gob.data_ptr(), osb.data_ptr(),
+                            gsb.data_ptr(), gn.data_ptr<float>(), r.grad_x.data_ptr(),
+                            r.grad_fx.data_ptr(), r.grad_ws.data_ptr<float>(),
+                            r.grad_bias.data_ptr<float>(), r.tau_acc.data_ptr<float>());
+    return r;
+  }
+#endif
+  const auto z = slice_logits(in);
+  const auto t = z.scalar_type();
+  const auto w = weights_from(z, lse);
+  const auto gs_t = gs.to(t);
+  // dL/dw = gout os^T + fx gs^T + gnorm
+  auto dw = at::einsum("bnhd,bhgd->bnhg", {gout.to(t), os.to(t)}) +
+            at::einsum("bnhd,bhgd->bnhg", {fx.to(t), gs_t}) + gnorm.to(t).unsqueeze(1);
+  const auto gz = w * (dw - (w * dw).sum(-1, /*keepdim=*/true));
+  const auto gl = gz / in.tau.to(t).view({1, 1, -1, 1});
+  BackwardResult r;
+  r.grad_fx = at::einsum("bnhg,bhgd->bnhd", {w, gs_t}).to(in.x.scalar_type());
+  r.grad_x = at::matmul(gl, in.ws.to(t)).to(in.x.scalar_type());
+  r.grad_ws = at::einsum("bnhg,bnhd->gd", {gl, in.x.to(t)});
+  r.grad_bias = gl.sum({0, 1, 2});
+  r.tau_acc = (gz * z).sum({0, 1, 3});
+  return r;
+}
+
+}  // namespace slipstream::aero::slice_ops

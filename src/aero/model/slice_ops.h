@@ -1,0 +1,50 @@
+// The slice part of physics attention as four tensor operations, each of
+// which recomputes the points x heads x slices weights from x_mid instead of
+// reading them from memory (see kernels/slice_kernels.h for the maths). On
+// CUDA with bf16 inputs and a supported head size / slice count they run the
+// fused kernels; anywhere else the same decomposition in ATen ops, which is
+// what the CPU tests check the autograd wiring with. Results documented as
+// fp32 are fp64 on that path for fp64 inputs.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace slipstream::aero::slice_ops {
+
+// The slice-weight inputs of one layer.
+struct Weights {
+  at::Tensor x;     // (B, N, H, D) x_mid
+  at::Tensor ws;    // (G, D) in_project_slice.weight
+  at::Tensor bias;  // (G) in_project_slice.bias
+  at::Tensor tau;   // (H) the temperatures, clamped
+};
+
+// True when these inputs run the CUDA kernels (also false in a build
+// without CUDA).
+bool kernels_apply(const at::Tensor& x, int64_t slices);
+
+struct FirstReduce {
+  at::Tensor sums;    // (B, H, G, D) fp32: sum_n w y
+  at::Tensor colsum;  // (B, H, G) fp32:    sum_n w
+  at::Tensor lse;     // (B, H, N) fp32: the weights' log-normaliser per point
+};
+// The forward's slice sums of y (fx_mid), computing lse on the way.
+FirstReduce reduce_first(const Weights& in, const at::Tensor& y);
+// sum_n w y with a known lse: (B, H, G, D) fp32.
+at::Tensor reduce(const Weights& in, const at::Tensor& lse, const at::Tensor& y);
+// sum_g w z, z (B, H, G, D): (B, N, H, D) in x's dtype.
+at::Tensor expand(const Weights& in, const at::Tensor& lse, const at::Tensor& z);
+
+struct BackwardResult {
+  at::Tensor grad_x, grad_fx;  // (B, N, H, D) in x's dtype
+  at::Tensor grad_ws;          // (G, D) fp32
+  at::Tensor grad_bias;        // (G) fp32
+  at::Tensor tau_acc;          // (H) fp32: sum of dL/dz * z per head
+};
+// See slice_kernels::backward: gout (B,N,H,D), os and gs (B,H,G,D), gnorm
+// (B,H,G).
+BackwardResult backward(const Weights& in, const at::Tensor& lse, const at::Tensor& fx,
+                        const at::Tensor& gout, const at::Tensor& os, const at::Tensor& gs,
+                        const at::Tensor& gnorm);
+
+}  // namespace slipstream::aero::slice_ops
