@@ -11,6 +11,12 @@
 #   torchrun  2 GPUs through torchrun (kind nvidia-h200-x2)
 #   multi  2 GPUs (kind nvidia-h200-x2): NCCL tests, bench on 1 and 2 GPUs, training
 # Usage (device tool): bash scripts/device_check.sh build test bench train
+#   fused  the fused slice kernels: correctness against the plain path, the
+#          per-kernel benchmark, and slipstream bench with them on and off
+#          (FUSED_ALSO_PLAIN= leaves the plain-path bench out)
+#   floor  ms/step with the slice work made small (16 slices), fused
+#   ncu    Nsight Compute on one launch of each slice kernel
+#   profile_step  device time per kernel over AdamW steps (bench --profile)
 # Also: quickbench (a short bench). Carry .deb and .fixtures, filled here
 # first by scripts/device_prepare.sh.
 set -uo pipefail
@@ -96,6 +102,51 @@ ws = [r["dataset"]["world_size"] for r in rs if r["kind"] == "dataset"]
 print(f"torchrun run: world_size {ws}, train steps logged {steps}")
 PY
   return $rc
+}
+
+stage_fused() {
+  log "fused: kernels against the plain path (several N, dim_head 16/32/64)"
+  build-gpu/tests/fused_attention_CUDA_test >"$OUT/fused_test.log" 2>&1; local rc=$?
+  grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|Expected|Which is|N=|grad " "$OUT/fused_test.log" \
+    | head -150 | tee -a "$OUT/summary.txt"
+  log "fused: per-kernel timings, volume shapes (200k points)"
+  build-gpu/bench/slice_kernels_bench 200000 20 2>&1 | tee -a "$OUT/summary.txt"
+  for opt in adamw muon; do
+    for fused in true ${FUSED_ALSO_PLAIN-false}; do
+      log "fused: bench, volume config, $opt, fused_attention=$fused"
+      $BIN bench --rounds 2 --steps 10 --warmup 5 optimizer.name=$opt \
+        model.fused_attention=$fused --policies async 2>&1 | grep -E "^async|error|rror" \
+        | tee -a "$OUT/summary.txt"
+    done
+  done
+  return $rc
+}
+
+stage_ncu() {
+  # Nsight Compute on one launch of each slice kernel (Firecracker machines
+  # read the counters; clocks left alone).
+  for k in reduce_kernel expand_kernel backward_kernel; do
+    log "ncu: $k (volume shapes)"
+    ncu --clock-control none -k "regex:$k" -c 1 --section SpeedOfLight --section WarpStateStats \
+      --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
+      build-gpu/bench/slice_kernels_bench 200000 1 >"$OUT/ncu_$k.txt" 2>&1
+    grep -E "Duration|Throughput|Stall|Warp Cycles Per|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Issued|Eligible|Bank" \
+      "$OUT/ncu_$k.txt" | head -40 | tee -a "$OUT/summary.txt"
+  done
+}
+
+stage_profile_step() {
+  log "profile: one AdamW step's kernels, fused (volume config)"
+  $BIN bench --rounds 1 --steps 6 --warmup 4 optimizer.name=adamw run_id=profile --profile \
+    --policies async 2>&1 | grep -vE "^Epoch|^\{" | tee -a "$OUT/summary.txt"
+  python3 scripts/trace_ops.py runs/bench-profile-kernel_trace.json 14 10 >"$OUT/trace_ops.txt" 2>&1
+  cat "$OUT/trace_ops.txt" | tee -a "$OUT/summary.txt"
+}
+
+stage_floor() {
+  log "floor: AdamW, fused, model.slice_num=16 (what the step costs besides the slices)"
+  $BIN bench --rounds 2 --steps 10 --warmup 5 optimizer.name=adamw model.slice_num=16 \
+    --policies async 2>&1 | grep -E "^async|rror" | tee -a "$OUT/summary.txt"
 }
 
 stage_quickbench() {
