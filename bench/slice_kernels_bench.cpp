@@ -65,17 +65,16 @@ int main(int argc, char** argv) {
   const double mac = double(b) * n * h * g * d;  // one points x slices x dim product
   const double row = double(b) * n * h * d * 2;  // one (B, N, H, D) bf16 tensor
   const double lse_bytes = double(b) * n * h * 4;
-  std::printf("slice kernels: B %ld N %ld H %ld D %ld G %ld, %d reps\n", long(b), long(n),
-              long(h), long(d), long(g), reps);
+  std::printf("slice kernels: B %ld N %ld H %ld D %ld G %ld, %d reps\n", long(b), long(n), long(h),
+              long(d), long(g), reps);
   report("reduce_first", time_ms([&] { slice_ops::reduce_first(in, fx); }, reps), 2,
          2 * row + lse_bytes, mac);
-  report("expand", time_ms([&] { slice_ops::expand(in, lse, os); }, reps), 2,
-         2 * row + lse_bytes, mac);
-  report("reduce", time_ms([&] { slice_ops::reduce(in, lse, gout); }, reps), 2,
-         2 * row + lse_bytes, mac);
-  report("backward",
-         time_ms([&] { slice_ops::backward(in, lse, fx, gout, os, gs, gnorm); }, reps), 6,
-         5 * row + lse_bytes, mac);
+  report("expand", time_ms([&] { slice_ops::expand(in, lse, os); }, reps), 2, 2 * row + lse_bytes,
+         mac);
+  report("reduce", time_ms([&] { slice_ops::reduce(in, lse, gout); }, reps), 2, 2 * row + lse_bytes,
+         mac);
+  report("backward", time_ms([&] { slice_ops::backward(in, lse, fx, gout, os, gs, gnorm); }, reps),
+         6, 5 * row + lse_bytes, mac);
 
   // One layer, forward + backward, as the trainer runs it (bf16 autocast).
   TransolverOptions o;

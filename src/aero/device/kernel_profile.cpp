@@ -17,8 +17,7 @@ std::vector<KernelTime> profile_kernels(const std::function<void()>& work,
   namespace impl = torch::profiler::impl;
   namespace prof = torch::autograd::profiler;
   const impl::ProfilerConfig config(impl::ProfilerState::KINETO, /*report_input_shapes=*/true);
-  const std::set<impl::ActivityType> activities{impl::ActivityType::CPU,
-                                                impl::ActivityType::CUDA};
+  const std::set<impl::ActivityType> activities{impl::ActivityType::CPU, impl::ActivityType::CUDA};
   prof::prepareProfiler(config, activities);
   prof::enableProfiler(config, activities);
   try {

@@ -23,10 +23,10 @@ slice_ops::Weights weights_of(const at::Tensor& x_mid, AutogradContext* ctx) {
 
 class SliceAttentionFunction : public torch::autograd::Function<SliceAttentionFunction> {
  public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_mid,
-                            const at::Tensor& fx_mid, const at::Tensor& slice_weight,
-                            const at::Tensor& slice_bias, const at::Tensor& temperature,
-                            const at::Tensor& qkv_weight, double eps) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_mid, const at::Tensor& fx_mid,
+                            const at::Tensor& slice_weight, const at::Tensor& slice_bias,
+                            const at::Tensor& temperature, const at::Tensor& qkv_weight,
+                            double eps) {
     const slice_ops::Weights in{
         x_mid, slice_weight.detach(), slice_bias.detach(),
         temperature.detach().clamp(kTauMin, kTauMax).reshape({-1}).to(at::kFloat)};
@@ -85,9 +85,9 @@ class SliceAttentionFunction : public torch::autograd::Function<SliceAttentionFu
     // z = logits / tau: dL/dtau = -sum(dL/dz * z) / tau, where the clamp
     // passes it (bounds included, as torch.clamp's gradient does).
     const auto inside = temperature.ge(kTauMin).logical_and(temperature.le(kTauMax));
-    const auto grad_tau = (-r.tau_acc / in.tau).view(temperature.sizes()).to(
-                              temperature.scalar_type()) *
-                          inside.to(temperature.scalar_type());
+    const auto grad_tau =
+        (-r.tau_acc / in.tau).view(temperature.sizes()).to(temperature.scalar_type()) *
+        inside.to(temperature.scalar_type());
     return {r.grad_x,
             r.grad_fx,
             r.grad_ws.to(in.ws.scalar_type()),
@@ -115,8 +115,8 @@ at::Tensor fused_physics_attention(const at::Tensor& x_mid, const at::Tensor& fx
                                    const SliceAttentionParams& p) {
   TORCH_CHECK(x_mid.sizes() == fx_mid.sizes(), "fused physics attention: x_mid ", x_mid.sizes(),
               " and fx_mid ", fx_mid.sizes(), " differ");
-  return SliceAttentionFunction::apply(x_mid, fx_mid, p.slice_weight, p.slice_bias,
-                                       p.temperature, p.qkv_weight, p.eps);
+  return SliceAttentionFunction::apply(x_mid, fx_mid, p.slice_weight, p.slice_bias, p.temperature,
+                                       p.qkv_weight, p.eps);
 }
 
 }  // namespace slipstream::aero

@@ -79,8 +79,8 @@ void check_shapes(const Weights& in) {
   TORCH_CHECK(in.x.dim() == 4, "slice ops: x_mid must be (B, N, H, D), got ", in.x.sizes());
   TORCH_CHECK(in.ws.dim() == 2 && in.ws.size(1) == in.x.size(3), "slice ops: slice weight ",
               in.ws.sizes(), " does not match head size ", in.x.size(3));
-  TORCH_CHECK(in.tau.numel() == in.x.size(2), "slice ops: ", in.tau.numel(),
-              " temperatures for ", in.x.size(2), " heads");
+  TORCH_CHECK(in.tau.numel() == in.x.size(2), "slice ops: ", in.tau.numel(), " temperatures for ",
+              in.x.size(2), " heads");
 }
 
 }  // namespace

@@ -40,8 +40,9 @@ TEST(KernelProfileTest, UnreadableTraceNamesTheFile) {
   EXPECT_NE(testing::error_message_of([&] { kernel_times_from_trace(missing); }).find(missing),
             std::string::npos);
   std::ofstream(dir.file("bad.json")) << "{not json";
-  EXPECT_NE(testing::error_message_of([&] { kernel_times_from_trace(dir.file("bad.json")); })
-                .find("bad.json"),
+  EXPECT_NE(testing::error_message_of([&] {
+              kernel_times_from_trace(dir.file("bad.json"));
+            }).find("bad.json"),
             std::string::npos);
 }
 

@@ -74,9 +74,10 @@ TEST_P(FusedAttentionCudaTest, FusedMatchesReferenceWithinBf16Tolerance_CUDA) {
     a->temperature.copy_(torch::linspace(0.5, 1.5, heads).view({1, 1, heads, 1}));
   }
   a->to(torch::kCUDA);
-  ASSERT_TRUE(slice_ops::kernels_apply(
-      torch::zeros({1, 1, heads, channels / heads}, torch::dtype(torch::kBFloat16).device(torch::kCUDA)),
-      slices));
+  ASSERT_TRUE(
+      slice_ops::kernels_apply(torch::zeros({1, 1, heads, channels / heads},
+                                            torch::dtype(torch::kBFloat16).device(torch::kCUDA)),
+                               slices));
   const auto x = torch::randn({2, points, channels}, torch::kCUDA);
   const auto upstream = torch::randn({2, points, channels}, torch::kCUDA);
 
@@ -97,12 +98,12 @@ TEST_P(FusedAttentionCudaTest, FusedMatchesReferenceWithinBf16Tolerance_CUDA) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, FusedAttentionCudaTest,
-    ::testing::Values(Case{256, 8, 256, 1}, Case{256, 8, 256, 31}, Case{256, 8, 256, 33},
-                      Case{256, 8, 256, 1000}, Case{256, 8, 256, 70001},
-                      Case{64, 4, 32, 77}, Case{64, 4, 32, 4099}, Case{128, 2, 128, 2050},
-                      Case{128, 2, 48, 513}));
+INSTANTIATE_TEST_SUITE_P(Shapes, FusedAttentionCudaTest,
+                         ::testing::Values(Case{256, 8, 256, 1}, Case{256, 8, 256, 31},
+                                           Case{256, 8, 256, 33}, Case{256, 8, 256, 1000},
+                                           Case{256, 8, 256, 70001}, Case{64, 4, 32, 77},
+                                           Case{64, 4, 32, 4099}, Case{128, 2, 128, 2050},
+                                           Case{128, 2, 48, 513}));
 
 TEST(FusedAttentionCudaSyncTest, ForwardAndBackwardMakeNoSynchronizingCall_CUDA) {
   SKIP_WITHOUT_CUDA();

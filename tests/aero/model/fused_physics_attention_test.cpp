@@ -37,10 +37,9 @@ torch::Tensor fused_forward(PhysicsAttention& a, const torch::Tensor& x) {
   const int64_t b = x.size(0), n = x.size(1);
   auto x_mid = a->in_project_x->forward(x).view({b, n, a->heads, a->dim_head});
   auto fx_mid = a->in_project_fx->forward(x).view({b, n, a->heads, a->dim_head});
-  auto out = fused_physics_attention(
-      x_mid, fx_mid,
-      {a->in_project_slice->weight, a->in_project_slice->bias, a->temperature,
-       a->qkv_project->weight, a->eps});
+  auto out = fused_physics_attention(x_mid, fx_mid,
+                                     {a->in_project_slice->weight, a->in_project_slice->bias,
+                                      a->temperature, a->qkv_project->weight, a->eps});
   return a->out_linear->forward(out.reshape({b, n, a->heads * a->dim_head}));
 }
 
@@ -78,7 +77,8 @@ TEST_P(FusedAttentionCpuTest, MatchesThePlainPathInOutputAndEveryGradient) {
   const auto upstream = torch::randn({2, points, 32}, torch::kFloat64);
 
   const auto want = run(a, x, upstream, [&](const torch::Tensor& in) { return a->forward(in); });
-  const auto got = run(a, x, upstream, [&](const torch::Tensor& in) { return fused_forward(a, in); });
+  const auto got =
+      run(a, x, upstream, [&](const torch::Tensor& in) { return fused_forward(a, in); });
 
   EXPECT_LT(max_relative(got.out, want.out), 1e-10);
   EXPECT_LT(max_relative(got.grad_x, want.grad_x), 1e-10);
@@ -111,8 +111,8 @@ TEST(FusedAttentionCpuTest, MismatchedInputsNameTheirShapes) {
   const auto fx_mid = torch::zeros({1, 4, 2, 8}, torch::kFloat64);
   try {
     fused_physics_attention(x_mid, fx_mid,
-                            {a->in_project_slice->weight, a->in_project_slice->bias,
-                             a->temperature, a->qkv_project->weight, a->eps});
+                            {a->in_project_slice->weight, a->in_project_slice->bias, a->temperature,
+                             a->qkv_project->weight, a->eps});
     FAIL() << "expected an error";
   } catch (const c10::Error& e) {
     EXPECT_NE(std::string(e.what_without_backtrace()).find("[1, 4, 2, 8]"), std::string::npos);

@@ -194,8 +194,7 @@ __device__ inline void load_rows(bf16* dst, int ldk, const bf16* src, int rows, 
 }
 
 template <int D, int W>
-__device__ inline void load_tile(bf16* dst, int ldk, const bf16* src, const Head& hd,
-                                 int64_t n0) {
+__device__ inline void load_tile(bf16* dst, int ldk, const bf16* src, const Head& hd, int64_t n0) {
   const int valid = static_cast<int>(imin(kTile, hd.n - n0));
   load_rows<D, W>(dst, ldk, src, kTile, valid, [&](int r) { return hd.row(n0 + r); });
 }
@@ -338,9 +337,9 @@ struct PointSum {
 // kRowThreads holds its columns (row_col) in registers; `body(r, row, z,
 // lse, valid, part)` sees them.
 template <int W, typename Body>
-__device__ inline void for_each_row(float* logits, int ldf, const float* bias, float inv_tau,
-                                    int g, const Head& hd, int64_t n0, float* lse,
-                                    bool compute_lse, Body body) {
+__device__ inline void for_each_row(float* logits, int ldf, const float* bias, float inv_tau, int g,
+                                    const Head& hd, int64_t n0, float* lse, bool compute_lse,
+                                    Body body) {
   const int r = threadIdx.x / Cfg<W>::kRowThreads, part = threadIdx.x % Cfg<W>::kRowThreads;
   const int64_t n = n0 + r;
   const bool valid = n < hd.n;
@@ -409,18 +408,18 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads, 2)
     gemm_nt<D, W>(xs, ws, nullptr, nullptr, pl.ldk, logits, pl.ldf, g);
     __syncthreads();
     for_each_row<W>(logits, pl.ldf, bias, inv_tau, g, hd, n0, p.lse, compute_lse,
-                 [&](int r, float* row, const float* z, float l, bool valid, int part) {
+                    [&](int r, float* row, const float* z, float l, bool valid, int part) {
 #pragma unroll
-                   for (int j = 0; j < Cfg<W>::kQuads; ++j) {
-                     const int c = row_col<W>(part, 4 * j);
-                     if (c >= g) break;
-                     float w[4];
+                      for (int j = 0; j < Cfg<W>::kQuads; ++j) {
+                        const int c = row_col<W>(part, 4 * j);
+                        if (c >= g) break;
+                        float w[4];
 #pragma unroll
-                     for (int e = 0; e < 4; ++e) w[e] = valid ? __expf(z[4 * j + e] - l) : 0.0f;
-                     *reinterpret_cast<float4*>(row + c) = make_float4(w[0], w[1], w[2], w[3]);
-                     store_bf16x4(ps + r * pl.ldg + c, w[0], w[1], w[2], w[3]);
-                   }
-                 });
+                        for (int e = 0; e < 4; ++e) w[e] = valid ? __expf(z[4 * j + e] - l) : 0.0f;
+                        *reinterpret_cast<float4*>(row + c) = make_float4(w[0], w[1], w[2], w[3]);
+                        store_bf16x4(ps + r * pl.ldg + c, w[0], w[1], w[2], w[3]);
+                      }
+                    });
     __syncthreads();
     if (colsum_out != nullptr) colsum.add(logits, pl.ldf, g);
     sums.add(ps, pl.ldg, ys, pl.ldk, g);
@@ -460,17 +459,17 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads, 2)
     gemm_nt<D, W>(xs, ws, nullptr, nullptr, pl.ldk, logits, pl.ldf, g);
     __syncthreads();
     for_each_row<W>(logits, pl.ldf, bias, inv_tau, g, hd, n0, p.lse, false,
-                 [&](int r, float*, const float* z, float l, bool valid, int part) {
+                    [&](int r, float*, const float* z, float l, bool valid, int part) {
 #pragma unroll
-                   for (int j = 0; j < Cfg<W>::kQuads; ++j) {
-                     const int c = row_col<W>(part, 4 * j);
-                     if (c >= g) break;
-                     float w[4];
+                      for (int j = 0; j < Cfg<W>::kQuads; ++j) {
+                        const int c = row_col<W>(part, 4 * j);
+                        if (c >= g) break;
+                        float w[4];
 #pragma unroll
-                     for (int e = 0; e < 4; ++e) w[e] = valid ? __expf(z[4 * j + e] - l) : 0.0f;
-                     store_bf16x4(ps + r * pl.ldg + c, w[0], w[1], w[2], w[3]);
-                   }
-                 });
+                        for (int e = 0; e < 4; ++e) w[e] = valid ? __expf(z[4 * j + e] - l) : 0.0f;
+                        store_bf16x4(ps + r * pl.ldg + c, w[0], w[1], w[2], w[3]);
+                      }
+                    });
     const auto emit = [&](int r, int d, float v) {
       if (n0 + r < hd.n) out[hd.row(n0 + r) + d] = __float2bfloat16(v);
     };
@@ -530,47 +529,47 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads, 1)
     // dL/dw from the deslice (gout os^T) and from the slice sums (fx gs^T).
     gemm_nt<D, W>(gos, oss, fxs, gss, pl.ldk, dw, pl.ldf, g);
     __syncthreads();
-    for_each_row<W>(logits, pl.ldf, bias, inv_tau, g, hd, n0, p.lse, false,
-                 [&](int r, float*, const float* z, float l, bool valid, int part) {
-                   float* drow = dw + r * pl.ldf;
-                   float w[Cfg<W>::kPerThread], dl[Cfg<W>::kPerThread];
-                   float dot = 0.0f;
+    for_each_row<W>(
+        logits, pl.ldf, bias, inv_tau, g, hd, n0, p.lse, false,
+        [&](int r, float*, const float* z, float l, bool valid, int part) {
+          float* drow = dw + r * pl.ldf;
+          float w[Cfg<W>::kPerThread], dl[Cfg<W>::kPerThread];
+          float dot = 0.0f;
 #pragma unroll
-                   for (int j = 0; j < Cfg<W>::kQuads; ++j) {
-                     const int c = row_col<W>(part, 4 * j);
-                     float4 d4 = make_float4(0.f, 0.f, 0.f, 0.f), n4 = d4;
-                     if (c < g) {
-                       d4 = *reinterpret_cast<const float4*>(drow + c);
-                       n4 = *reinterpret_cast<const float4*>(gnorm + c);
-                     }
-                     dl[4 * j] = d4.x + n4.x;
-                     dl[4 * j + 1] = d4.y + n4.y;
-                     dl[4 * j + 2] = d4.z + n4.z;
-                     dl[4 * j + 3] = d4.w + n4.w;
+          for (int j = 0; j < Cfg<W>::kQuads; ++j) {
+            const int c = row_col<W>(part, 4 * j);
+            float4 d4 = make_float4(0.f, 0.f, 0.f, 0.f), n4 = d4;
+            if (c < g) {
+              d4 = *reinterpret_cast<const float4*>(drow + c);
+              n4 = *reinterpret_cast<const float4*>(gnorm + c);
+            }
+            dl[4 * j] = d4.x + n4.x;
+            dl[4 * j + 1] = d4.y + n4.y;
+            dl[4 * j + 2] = d4.z + n4.z;
+            dl[4 * j + 3] = d4.w + n4.w;
 #pragma unroll
-                     for (int e = 0; e < 4; ++e) {
-                       w[4 * j + e] = (c < g && valid) ? __expf(z[4 * j + e] - l) : 0.0f;
-                       dot += w[4 * j + e] * dl[4 * j + e];
-                     }
-                   }
-                   dot = row_sum<Cfg<W>::kRowThreads>(dot);
+            for (int e = 0; e < 4; ++e) {
+              w[4 * j + e] = (c < g && valid) ? __expf(z[4 * j + e] - l) : 0.0f;
+              dot += w[4 * j + e] * dl[4 * j + e];
+            }
+          }
+          dot = row_sum<Cfg<W>::kRowThreads>(dot);
 #pragma unroll
-                   for (int j = 0; j < Cfg<W>::kQuads; ++j) {
-                     const int c = row_col<W>(part, 4 * j);
-                     if (c >= g) break;
-                     float gl[4];
+          for (int j = 0; j < Cfg<W>::kQuads; ++j) {
+            const int c = row_col<W>(part, 4 * j);
+            if (c >= g) break;
+            float gl[4];
 #pragma unroll
-                     for (int e = 0; e < 4; ++e) {
-                       const float gz = w[4 * j + e] * (dl[4 * j + e] - dot);
-                       tau_sum += gz * z[4 * j + e];
-                       gl[e] = gz * inv_tau;  // dL/dlogits
-                     }
-                     *reinterpret_cast<float4*>(drow + c) = make_float4(gl[0], gl[1], gl[2], gl[3]);
-                     store_bf16x4(ps + r * pl.ldg + c, w[4 * j], w[4 * j + 1], w[4 * j + 2],
-                                  w[4 * j + 3]);
-                     store_bf16x4(pgs + r * pl.ldg + c, gl[0], gl[1], gl[2], gl[3]);
-                   }
-                 });
+            for (int e = 0; e < 4; ++e) {
+              const float gz = w[4 * j + e] * (dl[4 * j + e] - dot);
+              tau_sum += gz * z[4 * j + e];
+              gl[e] = gz * inv_tau;  // dL/dlogits
+            }
+            *reinterpret_cast<float4*>(drow + c) = make_float4(gl[0], gl[1], gl[2], gl[3]);
+            store_bf16x4(ps + r * pl.ldg + c, w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]);
+            store_bf16x4(pgs + r * pl.ldg + c, gl[0], gl[1], gl[2], gl[3]);
+          }
+        });
     __syncthreads();
     bias_sum.add(dw, pl.ldf, g);
     sums.add(pgs, pl.ldg, xs, pl.ldk, g);
@@ -595,8 +594,8 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads, 1)
 void check_launch(const char* what) {
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) {
-    throw std::runtime_error(std::string("slice kernels: ") + what + " failed to launch: " +
-                             cudaGetErrorString(e));
+    throw std::runtime_error(std::string("slice kernels: ") + what +
+                             " failed to launch: " + cudaGetErrorString(e));
   }
 }
 
@@ -665,14 +664,15 @@ void backward_d(const Problem& p, const void* fx, const void* gout, const void* 
                 const float* gnorm, void* grad_x, void* grad_fx, float* grad_ws, float* grad_bias,
                 float* tau_acc) {
   constexpr int threads = Cfg<kBackwardWarps>::kThreads;
-  const size_t smem = make_plan(Kind::kBackward, D, static_cast<int>(p.slices), kBackwardWarps).bytes;
+  const size_t smem =
+      make_plan(Kind::kBackward, D, static_cast<int>(p.slices), kBackwardWarps).bytes;
   if (p.points == 0) return;
   int per = 0;
   const dim3 grid = launch_grid(backward_kernel<D>, threads, smem, p, &per);
   backward_kernel<D><<<grid, threads, smem, static_cast<cudaStream_t>(p.stream)>>>(
-      p, static_cast<const bf16*>(fx), static_cast<const bf16*>(gout),
-      static_cast<const bf16*>(os), static_cast<const bf16*>(gs), gnorm,
-      static_cast<bf16*>(grad_x), static_cast<bf16*>(grad_fx), grad_ws, grad_bias, tau_acc, per);
+      p, static_cast<const bf16*>(fx), static_cast<const bf16*>(gout), static_cast<const bf16*>(os),
+      static_cast<const bf16*>(gs), gnorm, static_cast<bf16*>(grad_x), static_cast<bf16*>(grad_fx),
+      grad_ws, grad_bias, tau_acc, per);
   check_launch("backward");
 }
 
@@ -686,18 +686,30 @@ bool supported(int64_t dim, int64_t slices) {
 void reduce(const Problem& p, const void* y, float* acc, float* colsum, bool compute_lse) {
   check_problem(p);
   switch (p.dim) {
-    case 16: reduce_d<16>(p, y, acc, colsum, compute_lse); break;
-    case 32: reduce_d<32>(p, y, acc, colsum, compute_lse); break;
-    default: reduce_d<64>(p, y, acc, colsum, compute_lse); break;
+    case 16:
+      reduce_d<16>(p, y, acc, colsum, compute_lse);
+      break;
+    case 32:
+      reduce_d<32>(p, y, acc, colsum, compute_lse);
+      break;
+    default:
+      reduce_d<64>(p, y, acc, colsum, compute_lse);
+      break;
   }
 }
 
 void expand(const Problem& p, const void* z, void* out) {
   check_problem(p);
   switch (p.dim) {
-    case 16: expand_d<16>(p, z, out); break;
-    case 32: expand_d<32>(p, z, out); break;
-    default: expand_d<64>(p, z, out); break;
+    case 16:
+      expand_d<16>(p, z, out);
+      break;
+    case 32:
+      expand_d<32>(p, z, out);
+      break;
+    default:
+      expand_d<64>(p, z, out);
+      break;
   }
 }
 
