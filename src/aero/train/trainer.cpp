@@ -1,6 +1,7 @@
 #include "aero/train/trainer.h"
 
 #include "aero/device/device.h"
+#include "aero/model/slice_ops.h"
 #include "aero/train/checkpoint.h"
 #include "core/readback/step_readback.h"
 #include "core/sinks/console_sink.h"
@@ -175,11 +176,24 @@ void Trainer::setup_logging() {
   logger_.add_sink(std::make_unique<JsonlSink>(dir + "/metrics.jsonl"));
   if (settings_.tensorboard) logger_.add_sink(std::make_unique<TensorBoardSink>(dir + "/tb"));
   logger_.write_document("config", yaml_to_json(YAML::Load(config_yaml_)));
+  const char* attention = fused_attention_active() ? "fused CUDA kernels" : "plain LibTorch";
+  logger_.write_document("model", nlohmann::json{{"parameters", model_->parameter_count()},
+                                                 {"physics_attention", attention}});
+  std::printf("Model: %lld parameters, physics attention: %s\n",
+              static_cast<long long>(model_->parameter_count()), attention);
   logger_.write_document("dataset", nlohmann::json{{"train", data_.train->describe()},
                                                    {"val", data_.val->describe()},
                                                    {"num_train", data_.train->size()},
                                                    {"num_val", data_.val->size()},
                                                    {"world_size", world_}});
+}
+
+bool Trainer::fused_attention_active() const {
+  const auto& m = settings_.model;
+  if (!m.fused_attention || !bf16_) return false;
+  const auto probe = torch::empty({1, 1, m.n_head, m.n_hidden / m.n_head},
+                                  torch::dtype(torch::kBFloat16).device(device_));
+  return slice_ops::kernels_apply(probe, m.slice_num);
 }
 
 LoaderOptions Trainer::loader_options() const { return loader_options_for(settings_, device_); }

@@ -76,6 +76,10 @@ class Trainer {
   c10::Device device() const { return device_; }
   Transolver& model() { return model_; }
   bool is_rank0() const { return rank_ == 0; }
+  // Whether physics attention runs the fused CUDA kernels in this run (CUDA,
+  // bf16 autocast, model.fused_attention, a head size and slice count they
+  // take); else the plain LibTorch path.
+  bool fused_attention_active() const;
   const TrainSettings& settings() const { return settings_; }
 
  private:

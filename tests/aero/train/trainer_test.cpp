@@ -69,6 +69,11 @@ TEST(TrainerTest, LogsEveryStepOnceInOrderAndResumes) {
   EXPECT_TRUE(summary.contains("peak_memory_gib"));
   EXPECT_EQ(records(run + "/metrics.jsonl", "config").size(), 1u);
   EXPECT_TRUE(fs::exists(run + "/resolved_config.yaml"));
+  // Which physics-attention path ran: the fused kernels need CUDA and bf16.
+  const auto model = records(run + "/metrics.jsonl", "model");
+  ASSERT_EQ(model.size(), 1u);
+  EXPECT_EQ(model[0]["model"]["physics_attention"], "plain LibTorch");
+  EXPECT_GT(model[0]["model"]["parameters"].get<int64_t>(), 0);
 
   // TensorBoard: every train step's scalars, read back with CRC checks.
   std::vector<std::string> tb_files;
