@@ -150,6 +150,16 @@ __device__ inline T* at(unsigned char* smem, size_t off) {
 
 __device__ inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 
+// The logits are kept in log2 units, z2 = z log2(e), so that each weight
+// is one ex2 (the lse stays in natural units in global memory).
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+
+__device__ inline float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 __device__ inline float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -193,11 +203,29 @@ __device__ inline void load_rows(bf16* dst, int ldk, const bf16* src, int rows, 
   }
 }
 
+// One tile's rows of a (B, N, H, D) tensor, read from global memory into
+// registers a tile ahead (fetch), then written to shared memory (store):
+// the read's latency hides behind the current tile's work. A tile is at
+// most one 16-byte piece per thread (kTile * D / 8 <= 32 * W).
 template <int D, int W>
-__device__ inline void load_tile(bf16* dst, int ldk, const bf16* src, const Head& hd, int64_t n0) {
-  const int valid = static_cast<int>(imin(kTile, hd.n - n0));
-  load_rows<D, W>(dst, ldk, src, kTile, valid, [&](int r) { return hd.row(n0 + r); });
-}
+struct TileRows {
+  static constexpr int kPieces = D / 8;
+  static_assert(kTile * kPieces <= Cfg<W>::kThreads, "one piece per thread");
+  uint4 v;
+
+  __device__ void fetch(const bf16* src, const Head& hd, int64_t n0) {
+    const int i = threadIdx.x, r = i / kPieces, c = i % kPieces;
+    v = make_uint4(0, 0, 0, 0);
+    if (i < kTile * kPieces && n0 + r < hd.n) {
+      v = *reinterpret_cast<const uint4*>(src + hd.row(n0 + r) + c * 8);
+    }
+  }
+
+  __device__ void store(bf16* dst, int ldk) const {
+    const int i = threadIdx.x, r = i / kPieces, c = i % kPieces;
+    if (i < kTile * kPieces) *reinterpret_cast<uint4*>(dst + r * ldk + c * 8) = v;
+  }
+};
 
 // A (G, D) matrix, contiguous, into shared memory with pitch ldk.
 template <int D, int W>
@@ -206,30 +234,47 @@ __device__ inline void load_matrix(bf16* dst, int ldk, const bf16* src, int g) {
 }
 
 // C (kTile x G, fp32, ldc) = A (kTile x D) B^T, with B given as (G x D); and
-// plus A2 B2^T when A2 is given. Each warp takes whole 16 x 16 output tiles.
+// plus A2 B2^T when A2 is given. Each warp takes whole columns of 16 x 16
+// output tiles: it loads its B fragments once and each row tile's A
+// fragments once, for all of its columns.
 template <int D, int W>
 __device__ inline void gemm_nt(const bf16* a, const bf16* bt, const bf16* a2, const bf16* bt2,
                                int ldk, float* c, int ldc, int g) {
-  const int warp = threadIdx.x / 32;
-  const int col_tiles = g / 16, tiles = (kTile / 16) * col_tiles;
-  for (int t = warp; t < tiles; t += Cfg<W>::kWarps) {
-    const int mt = t / col_tiles, nt = t % col_tiles;
-    FragC acc;
-    wmma::fill_fragment(acc, 0.0f);
+  constexpr int kK = D / 16, kCols = (kMaxSlices / 16 + W - 1) / W;
+  const int warp = threadIdx.x / 32, col_tiles = g / 16;
+  const bool two = a2 != nullptr;
+  FragBt fb[kCols][kK], fb2[kCols][kK];
 #pragma unroll
-    for (int k = 0; k < D; k += 16) {
-      FragA fa;
-      FragBt fb;
-      wmma::load_matrix_sync(fa, a + mt * 16 * ldk + k, ldk);
-      wmma::load_matrix_sync(fb, bt + nt * 16 * ldk + k, ldk);
-      wmma::mma_sync(acc, fa, fb, acc);
-      if (a2 != nullptr) {
-        wmma::load_matrix_sync(fa, a2 + mt * 16 * ldk + k, ldk);
-        wmma::load_matrix_sync(fb, bt2 + nt * 16 * ldk + k, ldk);
-        wmma::mma_sync(acc, fa, fb, acc);
-      }
+  for (int i = 0; i < kCols; ++i) {
+    const int nt = warp + i * W;
+    if (nt >= col_tiles) break;
+#pragma unroll
+    for (int k = 0; k < kK; ++k) {
+      wmma::load_matrix_sync(fb[i][k], bt + nt * 16 * ldk + k * 16, ldk);
+      if (two) wmma::load_matrix_sync(fb2[i][k], bt2 + nt * 16 * ldk + k * 16, ldk);
     }
-    wmma::store_matrix_sync(c + mt * 16 * ldc + nt * 16, acc, ldc, wmma::mem_row_major);
+  }
+#pragma unroll
+  for (int mt = 0; mt < kTile / 16; ++mt) {
+    FragA fa[kK], fa2[kK];
+#pragma unroll
+    for (int k = 0; k < kK; ++k) {
+      wmma::load_matrix_sync(fa[k], a + mt * 16 * ldk + k * 16, ldk);
+      if (two) wmma::load_matrix_sync(fa2[k], a2 + mt * 16 * ldk + k * 16, ldk);
+    }
+#pragma unroll
+    for (int i = 0; i < kCols; ++i) {
+      const int nt = warp + i * W;
+      if (nt >= col_tiles) break;
+      FragC acc;
+      wmma::fill_fragment(acc, 0.0f);
+#pragma unroll
+      for (int k = 0; k < kK; ++k) {
+        wmma::mma_sync(acc, fa[k], fb[i][k], acc);
+        if (two) wmma::mma_sync(acc, fa2[k], fb2[i][k], acc);
+      }
+      wmma::store_matrix_sync(c + mt * 16 * ldc + nt * 16, acc, ldc, wmma::mem_row_major);
+    }
   }
 }
 
@@ -332,47 +377,65 @@ struct PointSum {
   }
 };
 
-// Each point row of a tile's logits as z = (logit + bias) / tau, with the
-// row's lse (computed and written, or read). Thread `part` of the row's
-// kRowThreads holds its columns (row_col) in registers; `body(r, row, z,
-// lse, valid, part)` sees them.
+// Each point row of a tile's logits as z2 = (logit + bias) log2(e) / tau
+// (bias2 holds bias log2(e) / tau, scale2 is log2(e) / tau), with the
+// row's lse (computed and written, or read) and the slice weights
+// w = exp(z - lse), zero for rows past the end. Thread `part` of the row's
+// kRowThreads holds its columns (row_col) in registers; `body(r, row, z2,
+// w, valid, part)` sees them.
 template <int W, typename Body>
-__device__ inline void for_each_row(float* logits, int ldf, const float* bias, float inv_tau, int g,
-                                    const Head& hd, int64_t n0, float* lse, bool compute_lse,
-                                    Body body) {
+__device__ inline void for_each_row(float* logits, int ldf, const float* bias2, float scale2,
+                                    int g, const Head& hd, int64_t n0, float* lse,
+                                    bool compute_lse, Body body) {
   const int r = threadIdx.x / Cfg<W>::kRowThreads, part = threadIdx.x % Cfg<W>::kRowThreads;
   const int64_t n = n0 + r;
   const bool valid = n < hd.n;
   float* row = logits + r * ldf;
-  float z[Cfg<W>::kPerThread];
+  float z[Cfg<W>::kPerThread], w[Cfg<W>::kPerThread];
   float m = -INFINITY;
 #pragma unroll
   for (int j = 0; j < Cfg<W>::kQuads; ++j) {
     const int c = row_col<W>(part, 4 * j);
     if (c < g) {
       const float4 v = *reinterpret_cast<const float4*>(row + c);
-      const float4 b = *reinterpret_cast<const float4*>(bias + c);
-      z[4 * j] = (v.x + b.x) * inv_tau;
-      z[4 * j + 1] = (v.y + b.y) * inv_tau;
-      z[4 * j + 2] = (v.z + b.z) * inv_tau;
-      z[4 * j + 3] = (v.w + b.w) * inv_tau;
+      const float4 b = *reinterpret_cast<const float4*>(bias2 + c);
+      z[4 * j] = fmaf(v.x, scale2, b.x);
+      z[4 * j + 1] = fmaf(v.y, scale2, b.y);
+      z[4 * j + 2] = fmaf(v.z, scale2, b.z);
+      z[4 * j + 3] = fmaf(v.w, scale2, b.w);
     } else {
       z[4 * j] = z[4 * j + 1] = z[4 * j + 2] = z[4 * j + 3] = -INFINITY;
     }
     m = fmaxf(m, fmaxf(fmaxf(z[4 * j], z[4 * j + 1]), fmaxf(z[4 * j + 2], z[4 * j + 3])));
   }
-  float l = 0.0f;
   if (compute_lse) {
+    // One exponential per weight: w = exp2(z2 - max) / sum.
     m = row_max<Cfg<W>::kRowThreads>(m);
     float s = 0.0f;
 #pragma unroll
-    for (int j = 0; j < Cfg<W>::kPerThread; ++j) s += __expf(z[j] - m);
-    l = m + __logf(row_sum<Cfg<W>::kRowThreads>(s));
-    if (valid && part == 0) lse[hd.bh * hd.n + n] = l;
-  } else if (valid) {
-    l = lse[hd.bh * hd.n + n];
+    for (int j = 0; j < Cfg<W>::kPerThread; ++j) {
+      w[j] = exp2_approx(z[j] - m);
+      s += w[j];
+    }
+    s = row_sum<Cfg<W>::kRowThreads>(s);
+    const float inv = valid ? 1.0f / s : 0.0f;
+#pragma unroll
+    for (int j = 0; j < Cfg<W>::kPerThread; ++j) w[j] *= inv;
+    if (valid && part == 0) lse[hd.bh * hd.n + n] = (m + __log2f(s)) * kLn2;
+  } else {
+    const float l2 = valid ? lse[hd.bh * hd.n + n] * kLog2e : 0.0f;
+#pragma unroll
+    for (int j = 0; j < Cfg<W>::kPerThread; ++j) w[j] = valid ? exp2_approx(z[j] - l2) : 0.0f;
   }
-  body(r, row, z, l, valid, part);
+  body(r, row, z, w, valid, part);
+}
+
+// Shared-memory bias2 = bias log2(e) / tau for for_each_row; returns scale2.
+template <int W>
+__device__ inline float load_bias2(float* bias2, const Problem& p, int h, int g) {
+  const float scale2 = kLog2e / p.tau[h];
+  for (int i = threadIdx.x; i < g; i += Cfg<W>::kThreads) bias2[i] = p.bias[i] * scale2;
+  return scale2;
 }
 
 template <int D, int W = kForwardWarps>
@@ -384,15 +447,15 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads, 2)
   const Plan pl = make_plan(Kind::kReduce, D, g, W);
   Head hd{blockIdx.y / p.heads, blockIdx.y % p.heads, blockIdx.y, p.points, p.heads, D, g};
   bf16* ws = at<bf16>(smem, pl.ws);
-  float* bias = at<float>(smem, pl.bias);
+  float* bias2 = at<float>(smem, pl.bias);
   bf16* xs = at<bf16>(smem, pl.x);
   bf16* ys = at<bf16>(smem, pl.y);
   float* logits = at<float>(smem, pl.logits);
   bf16* ps = at<bf16>(smem, pl.p);
   float* stage = at<float>(smem, pl.stage);
+  const bf16* x = static_cast<const bf16*>(p.x);
   load_matrix<D, W>(ws, pl.ldk, static_cast<const bf16*>(p.ws), g);
-  for (int i = threadIdx.x; i < g; i += Cfg<W>::kThreads) bias[i] = p.bias[i];
-  const float inv_tau = 1.0f / p.tau[hd.h];
+  const float scale2 = load_bias2<W>(bias2, p, hd.h, g);
 
   PointSum<D, W> sums;
   sums.zero();
@@ -400,24 +463,31 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads, 2)
   const int64_t tiles = (p.points + kTile - 1) / kTile;
   const int64_t t0 = int64_t(blockIdx.x) * tiles_per_block;
   const int64_t t1 = imin(tiles, t0 + tiles_per_block);
+  TileRows<D, W> x_next, y_next;
+  x_next.fetch(x, hd, t0 * kTile);
+  y_next.fetch(y, hd, t0 * kTile);
   for (int64_t t = t0; t < t1; ++t) {
     const int64_t n0 = t * kTile;
-    load_tile<D, W>(xs, pl.ldk, static_cast<const bf16*>(p.x), hd, n0);
-    load_tile<D, W>(ys, pl.ldk, y, hd, n0);
+    x_next.store(xs, pl.ldk);
+    y_next.store(ys, pl.ldk);
     __syncthreads();
+    if (t + 1 < t1) {
+      x_next.fetch(x, hd, n0 + kTile);
+      y_next.fetch(y, hd, n0 + kTile);
+    }
     gemm_nt<D, W>(xs, ws, nullptr, nullptr, pl.ldk, logits, pl.ldf, g);
     __syncthreads();
-    for_each_row<W>(logits, pl.ldf, bias, inv_tau, g, hd, n0, p.lse, compute_lse,
-                    [&](int r, float* row, const float* z, float l, bool valid, int part) {
+    for_each_row<W>(logits, pl.ldf, bias2, scale2, g, hd, n0, p.lse, compute_lse,
+                    [&](int r, float* row, const float*, const float* w, bool, int part) {
 #pragma unroll
                       for (int j = 0; j < Cfg<W>::kQuads; ++j) {
                         const int c = row_col<W>(part, 4 * j);
                         if (c >= g) break;
-                        float w[4];
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) w[e] = valid ? __expf(z[4 * j + e] - l) : 0.0f;
-                        *reinterpret_cast<float4*>(row + c) = make_float4(w[0], w[1], w[2], w[3]);
-                        store_bf16x4(ps + r * pl.ldg + c, w[0], w[1], w[2], w[3]);
+                        const float* q = w + 4 * j;
+                        if (colsum_out != nullptr) {
+                          *reinterpret_cast<float4*>(row + c) = make_float4(q[0], q[1], q[2], q[3]);
+                        }
+                        store_bf16x4(ps + r * pl.ldg + c, q[0], q[1], q[2], q[3]);
                       }
                     });
     __syncthreads();
@@ -438,36 +508,37 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads, 2)
   const Plan pl = make_plan(Kind::kExpand, D, g, W);
   Head hd{blockIdx.y / p.heads, blockIdx.y % p.heads, blockIdx.y, p.points, p.heads, D, g};
   bf16* ws = at<bf16>(smem, pl.ws);
-  float* bias = at<float>(smem, pl.bias);
+  float* bias2 = at<float>(smem, pl.bias);
   bf16* xs = at<bf16>(smem, pl.x);
   bf16* zs = at<bf16>(smem, pl.z);
   float* logits = at<float>(smem, pl.logits);
   bf16* ps = at<bf16>(smem, pl.p);
   float* stage = at<float>(smem, pl.stage);
+  const bf16* x = static_cast<const bf16*>(p.x);
   load_matrix<D, W>(ws, pl.ldk, static_cast<const bf16*>(p.ws), g);
   load_matrix<D, W>(zs, pl.ldk, z_in + hd.bh * int64_t(g) * D, g);
-  for (int i = threadIdx.x; i < g; i += Cfg<W>::kThreads) bias[i] = p.bias[i];
-  const float inv_tau = 1.0f / p.tau[hd.h];
+  const float scale2 = load_bias2<W>(bias2, p, hd.h, g);
 
   const int64_t tiles = (p.points + kTile - 1) / kTile;
   const int64_t t0 = int64_t(blockIdx.x) * tiles_per_block;
   const int64_t t1 = imin(tiles, t0 + tiles_per_block);
+  TileRows<D, W> x_next;
+  x_next.fetch(x, hd, t0 * kTile);
   for (int64_t t = t0; t < t1; ++t) {
     const int64_t n0 = t * kTile;
-    load_tile<D, W>(xs, pl.ldk, static_cast<const bf16*>(p.x), hd, n0);
+    x_next.store(xs, pl.ldk);
     __syncthreads();
+    if (t + 1 < t1) x_next.fetch(x, hd, n0 + kTile);
     gemm_nt<D, W>(xs, ws, nullptr, nullptr, pl.ldk, logits, pl.ldf, g);
     __syncthreads();
-    for_each_row<W>(logits, pl.ldf, bias, inv_tau, g, hd, n0, p.lse, false,
-                    [&](int r, float*, const float* z, float l, bool valid, int part) {
+    for_each_row<W>(logits, pl.ldf, bias2, scale2, g, hd, n0, p.lse, false,
+                    [&](int r, float*, const float*, const float* w, bool, int part) {
 #pragma unroll
                       for (int j = 0; j < Cfg<W>::kQuads; ++j) {
                         const int c = row_col<W>(part, 4 * j);
                         if (c >= g) break;
-                        float w[4];
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) w[e] = valid ? __expf(z[4 * j + e] - l) : 0.0f;
-                        store_bf16x4(ps + r * pl.ldg + c, w[0], w[1], w[2], w[3]);
+                        const float* q = w + 4 * j;
+                        store_bf16x4(ps + r * pl.ldg + c, q[0], q[1], q[2], q[3]);
                       }
                     });
     const auto emit = [&](int r, int d, float v) {
@@ -490,7 +561,7 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads, 1)
   const Plan pl = make_plan(Kind::kBackward, D, g, W);
   Head hd{blockIdx.y / p.heads, blockIdx.y % p.heads, blockIdx.y, p.points, p.heads, D, g};
   bf16* ws = at<bf16>(smem, pl.ws);
-  float* bias = at<float>(smem, pl.bias);
+  float* bias2 = at<float>(smem, pl.bias);
   float* gnorm = at<float>(smem, pl.gnorm);
   bf16* xs = at<bf16>(smem, pl.x);
   bf16* fxs = at<bf16>(smem, pl.y);
@@ -502,38 +573,46 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads, 1)
   bf16* ps = at<bf16>(smem, pl.p);
   bf16* pgs = at<bf16>(smem, pl.pg);
   float* stage = at<float>(smem, pl.stage);
+  const bf16* x = static_cast<const bf16*>(p.x);
   const int64_t mat = hd.bh * int64_t(g) * D;
   load_matrix<D, W>(ws, pl.ldk, static_cast<const bf16*>(p.ws), g);
   load_matrix<D, W>(oss, pl.ldk, os + mat, g);
   load_matrix<D, W>(gss, pl.ldk, gs + mat, g);
-  for (int i = threadIdx.x; i < g; i += Cfg<W>::kThreads) {
-    bias[i] = p.bias[i];
-    gnorm[i] = gnorm_in[hd.bh * g + i];
-  }
-  const float tau = p.tau[hd.h], inv_tau = 1.0f / tau;
+  for (int i = threadIdx.x; i < g; i += Cfg<W>::kThreads) gnorm[i] = gnorm_in[hd.bh * g + i];
+  const float scale2 = load_bias2<W>(bias2, p, hd.h, g);
+  const float inv_tau = 1.0f / p.tau[hd.h];
 
   PointSum<D, W> sums;  // grad_ws
   sums.zero();
   ColumnSum<W> bias_sum;
-  float tau_sum = 0.0f;
+  float tau_sum = 0.0f;  // of (dL/dz) z2, z2 = z log2(e)
   const int64_t tiles = (p.points + kTile - 1) / kTile;
   const int64_t t0 = int64_t(blockIdx.x) * tiles_per_block;
   const int64_t t1 = imin(tiles, t0 + tiles_per_block);
+  TileRows<D, W> x_next, fx_next, go_next;
+  x_next.fetch(x, hd, t0 * kTile);
+  fx_next.fetch(fx, hd, t0 * kTile);
+  go_next.fetch(gout, hd, t0 * kTile);
   for (int64_t t = t0; t < t1; ++t) {
     const int64_t n0 = t * kTile;
-    load_tile<D, W>(xs, pl.ldk, static_cast<const bf16*>(p.x), hd, n0);
-    load_tile<D, W>(fxs, pl.ldk, fx, hd, n0);
-    load_tile<D, W>(gos, pl.ldk, gout, hd, n0);
+    x_next.store(xs, pl.ldk);
+    fx_next.store(fxs, pl.ldk);
+    go_next.store(gos, pl.ldk);
     __syncthreads();
+    if (t + 1 < t1) {
+      x_next.fetch(x, hd, n0 + kTile);
+      fx_next.fetch(fx, hd, n0 + kTile);
+      go_next.fetch(gout, hd, n0 + kTile);
+    }
     gemm_nt<D, W>(xs, ws, nullptr, nullptr, pl.ldk, logits, pl.ldf, g);
     // dL/dw from the deslice (gout os^T) and from the slice sums (fx gs^T).
     gemm_nt<D, W>(gos, oss, fxs, gss, pl.ldk, dw, pl.ldf, g);
     __syncthreads();
     for_each_row<W>(
-        logits, pl.ldf, bias, inv_tau, g, hd, n0, p.lse, false,
-        [&](int r, float*, const float* z, float l, bool valid, int part) {
+        logits, pl.ldf, bias2, scale2, g, hd, n0, p.lse, false,
+        [&](int r, float*, const float* z, const float* w, bool, int part) {
           float* drow = dw + r * pl.ldf;
-          float w[Cfg<W>::kPerThread], dl[Cfg<W>::kPerThread];
+          float dl[Cfg<W>::kPerThread];
           float dot = 0.0f;
 #pragma unroll
           for (int j = 0; j < Cfg<W>::kQuads; ++j) {
@@ -548,10 +627,7 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads, 1)
             dl[4 * j + 2] = d4.z + n4.z;
             dl[4 * j + 3] = d4.w + n4.w;
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              w[4 * j + e] = (c < g && valid) ? __expf(z[4 * j + e] - l) : 0.0f;
-              dot += w[4 * j + e] * dl[4 * j + e];
-            }
+            for (int e = 0; e < 4; ++e) dot += w[4 * j + e] * dl[4 * j + e];
           }
           dot = row_sum<Cfg<W>::kRowThreads>(dot);
 #pragma unroll
@@ -587,7 +663,7 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads, 1)
   }
   sums.flush(grad_ws, g, stage);
   bias_sum.flush(grad_bias, g);
-  tau_sum = warp_sum(tau_sum);
+  tau_sum = warp_sum(tau_sum) * kLn2;
   if (threadIdx.x % 32 == 0) atomicAdd(tau_acc + hd.h, tau_sum);
 }
 
