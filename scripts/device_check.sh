@@ -17,6 +17,7 @@
 #   floor  ms/step with the slice work made small (16 slices), fused
 #   ncu    Nsight Compute on one launch of each slice kernel
 #   profile_step  device time per kernel over AdamW steps (bench --profile)
+#   layernorm  AdamW step with the bf16 LayerNorm on and off (fused kernels on)
 # Also: quickbench (a short bench). Carry .deb and .fixtures, filled here
 # first by scripts/device_prepare.sh.
 set -uo pipefail
@@ -141,6 +142,14 @@ stage_profile_step() {
     --policies async 2>&1 | grep -vE "^Epoch|^\{" | tee -a "$OUT/summary.txt"
   python3 scripts/trace_ops.py runs/bench-profile-kernel_trace.json 14 10 >"$OUT/trace_ops.txt" 2>&1
   cat "$OUT/trace_ops.txt" | tee -a "$OUT/summary.txt"
+}
+
+stage_layernorm() {
+  for ln in true false; do
+    log "layernorm: bench, volume config, adamw, fused, model.bf16_layer_norm=$ln"
+    $BIN bench --rounds 2 --steps 10 --warmup 5 optimizer.name=adamw model.bf16_layer_norm=$ln \
+      --policies async 2>&1 | grep -E "^async|rror" | tee -a "$OUT/summary.txt"
+  done
 }
 
 stage_floor() {

@@ -43,6 +43,18 @@ class AutocastGuard {
 // summed gradient) instead of one per layer.
 at::Tensor autocast_input(const at::Tensor& x);
 
+// LayerNorm over the last dims (`shape`) that stays in the autocast dtype:
+// under CUDA autocast, for an x already in that dtype (bf16), runs the
+// layer norm on x as it is, with weight and bias rounded to that dtype (the
+// kernel keeps its mean and variance in fp32), and returns bf16. Autocast's
+// own policy would cast x to fp32, normalise in fp32, return fp32, and the
+// next layer would cast back: three passes over the activations each way
+// where this makes one. Elsewhere (CPU, no autocast, x of another dtype)
+// it is at::layer_norm under the usual rules.
+at::Tensor layer_norm_in_autocast_dtype(const at::Tensor& x, at::IntArrayRef shape,
+                                        const at::Tensor& weight, const at::Tensor& bias,
+                                        double eps);
+
 // CUDA sync debugging: 0 off, 1 warn, 2 error. Returns false where CUDA is
 // not built in.
 bool set_sync_debug_mode(int mode);

@@ -94,7 +94,8 @@ torch::Tensor PhysicsAttentionImpl::forward(const torch::Tensor& x_in) {
   return linear(*out_linear, out.reshape({b, n, heads * dim_head}));
 }
 
-TransolverBlockImpl::TransolverBlockImpl(const TransolverOptions& o, bool last) {
+TransolverBlockImpl::TransolverBlockImpl(const TransolverOptions& o, bool last)
+    : bf16_layer_norm(o.bf16_layer_norm) {
   const int64_t c = o.n_hidden;
   ln_1 = register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c})));
   Attn = register_module("Attn", PhysicsAttention(o));
@@ -109,11 +110,18 @@ TransolverBlockImpl::TransolverBlockImpl(const TransolverOptions& o, bool last) 
 }
 
 torch::Tensor TransolverBlockImpl::forward(const torch::Tensor& x_in) {
-  auto x = Attn->forward(ln_1->forward(x_in)) + x_in;
-  x = ln_mlp1[1]->as<Mlp>()->forward(ln_mlp1[0]->as<torch::nn::LayerNorm>()->forward(x)) + x;
+  const auto norm = [&](const torch::nn::LayerNormImpl& ln, const torch::Tensor& x) {
+    const auto& o = ln.options;
+    if (bf16_layer_norm) {
+      return layer_norm_in_autocast_dtype(x, o.normalized_shape(), ln.weight, ln.bias, o.eps());
+    }
+    return torch::layer_norm(x, o.normalized_shape(), ln.weight, ln.bias, o.eps());
+  };
+  auto x = Attn->forward(norm(*ln_1, x_in)) + x_in;
+  x = ln_mlp1[1]->as<Mlp>()->forward(norm(*ln_mlp1[0]->as<torch::nn::LayerNorm>(), x)) + x;
   if (!ln_mlp2.is_empty()) {
     return linear(*ln_mlp2[1]->as<torch::nn::Linear>(),
-                  ln_mlp2[0]->as<torch::nn::LayerNorm>()->forward(x));
+                  norm(*ln_mlp2[0]->as<torch::nn::LayerNorm>(), x));
   }
   return x;
 }

@@ -7,6 +7,7 @@
 //   preprocess: Linear(E+F -> 2C), GELU, Linear(2C -> C)
 //   each block: x = x + Attn(LN(x)); x = x + MLP(LN(x))
 //   last block: then LN, Linear(C -> out_dim)
+// Under bf16 autocast the LayerNorms run in bf16 (bf16_layer_norm below).
 // Physics attention (per head of size D = C/H, G slices):
 //   w = softmax(Ws(Wx x) / clamp(tau, 0.5, 5)) over slices     (B,N,H,G)
 //   s = (w^T Wf x) / (sum_N w + eps)                           (B,H,G,D)
@@ -45,6 +46,11 @@ struct TransolverOptions {
   // apply: CUDA, bf16 autocast, dim_head 16/32/64, slices a multiple of 16
   // up to 256. Elsewhere, and when false, the plain LibTorch path.
   bool fused_attention = true;
+  // Under bf16 autocast, LayerNorm in bf16 (layer_norm_in_autocast_dtype:
+  // bf16 in and out, fp32 statistics, weight and bias rounded to bf16)
+  // instead of autocast's fp32 LayerNorm and the casts around it. No effect
+  // without autocast.
+  bool bf16_layer_norm = true;
 };
 
 // Linear, GELU, Linear, registered as "layers" (PhysicsNeMo's MLP).
@@ -79,6 +85,7 @@ class TransolverBlockImpl : public torch::nn::Module {
   TransolverBlockImpl(const TransolverOptions& o, bool last);
   torch::Tensor forward(const torch::Tensor& x);
 
+  bool bf16_layer_norm;
   torch::nn::LayerNorm ln_1{nullptr};
   PhysicsAttention Attn{nullptr};
   torch::nn::Sequential ln_mlp1{nullptr};

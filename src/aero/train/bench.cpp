@@ -94,10 +94,11 @@ int run_bench(const std::string& config_dir, std::vector<std::string> overrides,
   }
   if (!print) return 0;
   std::printf("%s", profile_table.c_str());
-  std::printf("\nslipstream bench: %s (fused attention %s), %lld points/step, %s, device %s x %d "
-              "ranks, %d rounds x %d steps (after %d warm-up)\n",
+  std::printf("\nslipstream bench: %s (fused attention %s, bf16 layer norm %s), %lld points/step, "
+              "%s, device %s x %d ranks, %d rounds x %d steps (after %d warm-up)\n",
               config.get<std::string>("defaults.model").c_str(),
               settings.model.fused_attention ? "on" : "off",
+              settings.model.bf16_layer_norm ? "on" : "off",
               static_cast<long long>(settings.sampling_resolution), settings.optimizer.name.c_str(),
               device.str().c_str(), env.world_size, o.rounds, o.steps_per_round, o.warmup_steps);
   std::printf("%-10s %12s %12s %12s %10s\n", "policy", "median ms", "min ms", "max ms", "peak GiB");
@@ -116,6 +117,7 @@ int run_bench(const std::string& config_dir, std::vector<std::string> overrides,
                      {"points", settings.sampling_resolution},
                      {"optimizer", settings.optimizer.name},
                      {"fused_attention", settings.model.fused_attention},
+                     {"bf16_layer_norm", settings.model.bf16_layer_norm},
                      {"precision", device.is_cuda() ? "bf16" : "fp32"},
                      {"world_size", env.world_size}};
     std::cout << j.dump() << "\n";

@@ -53,6 +53,7 @@ TransolverOptions resolve_model_options(const Config& c) {
   m.slice_num = c.get<int64_t>("model.slice_num");
   m.mlp_ratio = c.get<int64_t>("model.mlp_ratio");
   m.fused_attention = c.get<bool>("model.fused_attention");
+  m.bf16_layer_norm = c.get<bool>("model.bf16_layer_norm");
   for (auto [k, v] : {std::pair{"model.n_layers", m.n_layers}, {"model.n_hidden", m.n_hidden},
                       {"model.n_head", m.n_head}, {"model.slice_num", m.slice_num},
                       {"model.mlp_ratio", m.mlp_ratio}, {"model.out_dim", m.out_dim}}) {

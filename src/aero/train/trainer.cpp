@@ -177,10 +177,12 @@ void Trainer::setup_logging() {
   if (settings_.tensorboard) logger_.add_sink(std::make_unique<TensorBoardSink>(dir + "/tb"));
   logger_.write_document("config", yaml_to_json(YAML::Load(config_yaml_)));
   const char* attention = fused_attention_active() ? "fused CUDA kernels" : "plain LibTorch";
+  const char* layer_norm = bf16_ && settings_.model.bf16_layer_norm ? "bf16" : "fp32";
   logger_.write_document("model", nlohmann::json{{"parameters", model_->parameter_count()},
-                                                 {"physics_attention", attention}});
-  std::printf("Model: %lld parameters, physics attention: %s\n",
-              static_cast<long long>(model_->parameter_count()), attention);
+                                                 {"physics_attention", attention},
+                                                 {"layer_norm", layer_norm}});
+  std::printf("Model: %lld parameters, physics attention: %s, layer norm: %s\n",
+              static_cast<long long>(model_->parameter_count()), attention, layer_norm);
   logger_.write_document("dataset", nlohmann::json{{"train", data_.train->describe()},
                                                    {"val", data_.val->describe()},
                                                    {"num_train", data_.train->size()},

@@ -102,5 +102,30 @@ TEST(TransolverTest, InitialisationFollowsTheRecipe) {
   EXPECT_TRUE(torch::all(attn->temperature == 0.5).item<bool>());
 }
 
+// bf16_layer_norm only changes what runs under CUDA autocast: on the CPU
+// both settings give the same numbers (the fixture test runs with it on).
+TEST(TransolverTest, Bf16LayerNormSwitchChangesNothingWithoutAutocast) {
+  TransolverOptions o;
+  o.n_layers = 2;
+  o.n_hidden = 32;
+  o.n_head = 4;
+  o.slice_num = 16;
+  torch::manual_seed(3);
+  Transolver on(o);
+  std::map<std::string, torch::Tensor> named;
+  {
+    torch::NoGradGuard no_grad;  // LayerNorm weights away from 1 and 0
+    for (auto& p : on->named_parameters()) {
+      p.value().add_(0.1 * torch::randn_like(p.value()));
+      named[p.key()] = p.value();
+    }
+  }
+  o.bf16_layer_norm = false;
+  Transolver off(o);
+  off->load_named(named);
+  const auto emb = torch::randn({1, 50, 7}), fx = torch::randn({1, 50, 3});
+  EXPECT_TRUE(torch::equal(on->forward(emb, fx), off->forward(emb, fx)));
+}
+
 }  // namespace
 }  // namespace slipstream::aero

@@ -73,6 +73,7 @@ TEST(TrainerTest, LogsEveryStepOnceInOrderAndResumes) {
   const auto model = records(run + "/metrics.jsonl", "model");
   ASSERT_EQ(model.size(), 1u);
   EXPECT_EQ(model[0]["model"]["physics_attention"], "plain LibTorch");
+  EXPECT_EQ(model[0]["model"]["layer_norm"], "fp32");  // bf16 only under CUDA autocast
   EXPECT_GT(model[0]["model"]["parameters"].get<int64_t>(), 0);
 
   // TensorBoard: every train step's scalars, read back with CRC checks.

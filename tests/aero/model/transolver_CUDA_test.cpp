@@ -1,0 +1,114 @@
+// The whole Transolver under bf16 autocast on the GPU (run by
+// scripts/device_check.sh; skipped without CUDA): the bf16 LayerNorm
+// (layer_norm_in_autocast_dtype) against autocast's own fp32 LayerNorm,
+// both measured against an fp32 run of the same model.
+#include "aero/device/device.h"
+#include "aero/model/transolver.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <string>
+
+namespace slipstream::aero {
+namespace {
+
+#define SKIP_WITHOUT_CUDA() \
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
+
+double rel(const torch::Tensor& got, const torch::Tensor& want) {
+  return ((got.to(torch::kFloat) - want).norm() / want.norm().clamp_min(1e-30)).item<double>();
+}
+
+TEST(LayerNormInAutocastDtypeTest, StaysInBf16UnderAutocastOnly_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  torch::manual_seed(5);
+  const auto opts = torch::TensorOptions().device(torch::kCUDA);
+  const auto x = torch::randn({3, 1000, 256}, opts) * 3 + 1;
+  const auto w = 1 + 0.2 * torch::randn({256}, opts), b = 0.2 * torch::randn({256}, opts);
+  const auto want = torch::layer_norm(x, {256}, w, b, 1e-5);
+  {
+    AutocastGuard autocast(x.device(), true);
+    const auto y = layer_norm_in_autocast_dtype(x.to(torch::kBFloat16), {256}, w, b, 1e-5);
+    EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
+    // bf16 input and weights, fp32 statistics: a few bf16 roundings.
+    EXPECT_LT(rel(y, want), 1e-2);
+    // An fp32 input takes autocast's rule (fp32 layer norm).
+    EXPECT_EQ(layer_norm_in_autocast_dtype(x, {256}, w, b, 1e-5).scalar_type(), torch::kFloat);
+  }
+  // Without autocast: plain at::layer_norm.
+  EXPECT_TRUE(torch::equal(layer_norm_in_autocast_dtype(x, {256}, w, b, 1e-5), want));
+}
+
+struct Result {
+  torch::Tensor out;
+  std::map<std::string, torch::Tensor> grads;
+};
+
+Result step(Transolver& m, const torch::Tensor& emb, const torch::Tensor& fx,
+            const torch::Tensor& upstream, bool bf16, bool bf16_ln) {
+  for (auto& block : *m->blocks) block->as<TransolverBlock>()->bf16_layer_norm = bf16_ln;
+  m->zero_grad();
+  Result r;
+  {
+    AutocastGuard autocast(emb.device(), bf16);
+    r.out = m->forward(emb, fx).to(torch::kFloat);
+  }
+  (r.out * upstream).sum().backward();
+  for (const auto& p : m->named_parameters()) r.grads[p.key()] = p.value().grad().clone();
+  return r;
+}
+
+// Three layers of the volume widths (fused attention on), LayerNorm weights
+// and biases away from 1 and 0 so that rounding them to bf16 shows. The bf16
+// LayerNorm's output and every gradient must stay within 3x autocast's own
+// error against fp32, or 2e-2 relative.
+TEST(TransolverCudaTest, Bf16LayerNormWithinAutocastTolerance_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  torch::manual_seed(7);
+  TransolverOptions o;
+  o.n_layers = 3;
+  Transolver m(o);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& mod : m->modules(false)) {
+      if (auto* ln = mod->as<torch::nn::LayerNorm>()) {
+        ln->weight.normal_(1.0, 0.3);
+        ln->bias.normal_(0.0, 0.3);
+      }
+    }
+  }
+  m->to(torch::kCUDA);
+  const auto opts = torch::TensorOptions().device(torch::kCUDA);
+  const int64_t n = 6001;
+  const auto emb = torch::randn({1, n, 7}, opts), fx = torch::randn({1, n, 3}, opts);
+  const auto upstream = torch::randn({1, n, o.out_dim}, opts);
+  const auto ref = step(m, emb, fx, upstream, false, false);
+  const auto fp32_ln = step(m, emb, fx, upstream, true, false);
+  const auto bf16_ln = step(m, emb, fx, upstream, true, true);
+  const double out_a = rel(fp32_ln.out, ref.out), out_b = rel(bf16_ln.out, ref.out);
+  std::printf("output: autocast fp32 LN %.2e, bf16 LN %.2e\n", out_a, out_b);
+  EXPECT_LE(out_b, std::max(3 * out_a, 2e-2));
+  double worst = 0;
+  std::string worst_name;
+  for (const auto& [name, want] : ref.grads) {
+    const double a = rel(fp32_ln.grads.at(name), want), b = rel(bf16_ln.grads.at(name), want);
+    EXPECT_TRUE(torch::isfinite(bf16_ln.grads.at(name)).all().item<bool>()) << name;
+    EXPECT_LE(b, std::max(3 * a, 2e-2)) << name << ": fp32 LN " << a << ", bf16 LN " << b;
+    if (b - a > worst) {
+      worst = b - a;
+      worst_name = name;
+    }
+    if (name.find("ln") != std::string::npos || name.find("blocks.0.Attn.in_project_x") == 0) {
+      std::printf("  grad %-34s fp32 LN %.2e bf16 LN %.2e\n", name.c_str(), a, b);
+    }
+  }
+  std::printf("largest excess of bf16 LN over fp32 LN: %s (+%.2e)\n", worst_name.c_str(), worst);
+}
+
+}  // namespace
+}  // namespace slipstream::aero
