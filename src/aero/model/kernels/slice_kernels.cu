@@ -57,23 +57,29 @@ __device__ inline void store_bf16x4(bf16* dst, float a, float b, float c, float 
   *reinterpret_cast<uint2*>(dst) = v.u;
 }
 
-// Sums over a tile's rows of a (kTile x G) fp32 matrix in shared memory, per
-// column, kept in registers across tiles: each thread owns 4 adjacent
-// columns and every (kThreads / 64)-th row.
+// Sums over a tile's rows of a (kTile x G) bf16 matrix in shared memory (the
+// weights or their gradient as the products use them), per column, in fp32
+// registers across tiles: each thread owns 4 adjacent columns and every
+// (kThreads / 64)-th row.
 template <int W>
 struct ColumnSum {
   static constexpr int kRowGroups = Cfg<W>::kThreads / 64;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 
-  __device__ void add(const float* m, int ld, int g) {
+  __device__ void add(const bf16* m, int ld, int g) {
     const int q = threadIdx.x % 64, rg = threadIdx.x / 64;
     if (4 * q >= g) return;
     for (int r = rg; r < kTile; r += kRowGroups) {
-      const float4 v = *reinterpret_cast<const float4*>(m + r * ld + 4 * q);
-      acc.x += v.x;
-      acc.y += v.y;
-      acc.z += v.z;
-      acc.w += v.w;
+      union {
+        uint2 u;
+        __nv_bfloat162 h[2];
+      } v;
+      v.u = *reinterpret_cast<const uint2*>(m + r * ld + 4 * q);
+      const float2 lo = __bfloat1622float2(v.h[0]), hi = __bfloat1622float2(v.h[1]);
+      acc.x += lo.x;
+      acc.y += lo.y;
+      acc.z += hi.x;
+      acc.w += hi.y;
     }
   }
 
@@ -478,20 +484,17 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads, 2)
     gemm_nt<D, W>(xs, ws, nullptr, nullptr, pl.ldk, logits, pl.ldf, g);
     __syncthreads();
     for_each_row<W>(logits, pl.ldf, bias2, scale2, g, hd, n0, p.lse, compute_lse,
-                    [&](int r, float* row, const float*, const float* w, bool, int part) {
+                    [&](int r, float*, const float*, const float* w, bool, int part) {
 #pragma unroll
                       for (int j = 0; j < Cfg<W>::kQuads; ++j) {
                         const int c = row_col<W>(part, 4 * j);
                         if (c >= g) break;
                         const float* q = w + 4 * j;
-                        if (colsum_out != nullptr) {
-                          *reinterpret_cast<float4*>(row + c) = make_float4(q[0], q[1], q[2], q[3]);
-                        }
                         store_bf16x4(ps + r * pl.ldg + c, q[0], q[1], q[2], q[3]);
                       }
                     });
     __syncthreads();
-    if (colsum_out != nullptr) colsum.add(logits, pl.ldf, g);
+    if (colsum_out != nullptr) colsum.add(ps, pl.ldg, g);
     sums.add(ps, pl.ldg, ys, pl.ldk, g);
     __syncthreads();
   }
@@ -611,7 +614,7 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads, 1)
     for_each_row<W>(
         logits, pl.ldf, bias2, scale2, g, hd, n0, p.lse, false,
         [&](int r, float*, const float* z, const float* w, bool, int part) {
-          float* drow = dw + r * pl.ldf;
+          const float* drow = dw + r * pl.ldf;
           float dl[Cfg<W>::kPerThread];
           float dot = 0.0f;
 #pragma unroll
@@ -641,13 +644,12 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads, 1)
               tau_sum += gz * z[4 * j + e];
               gl[e] = gz * inv_tau;  // dL/dlogits
             }
-            *reinterpret_cast<float4*>(drow + c) = make_float4(gl[0], gl[1], gl[2], gl[3]);
             store_bf16x4(ps + r * pl.ldg + c, w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]);
             store_bf16x4(pgs + r * pl.ldg + c, gl[0], gl[1], gl[2], gl[3]);
           }
         });
     __syncthreads();
-    bias_sum.add(dw, pl.ldf, g);
+    bias_sum.add(pgs, pl.ldg, g);
     sums.add(pgs, pl.ldg, xs, pl.ldk, g);
     // grad_fx = w gs and grad_x = (dL/dlogits) ws, in one pass.
     gemm_nn_points<D, W>(
