@@ -54,7 +54,7 @@ stage_test() {
   (cd build-gpu && ctest --output-on-failure -j4 >"$OUT/ctest.log" 2>&1); local rc=$?
   tail -25 "$OUT/ctest.log" | tee -a "$OUT/summary.txt"
   for t in build-gpu/tests/*_CUDA_test; do
-    "$t" 2>&1 | grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|actual|Sync audit" | tee -a "$OUT/summary.txt"
+    "$t" 2>&1 | grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|actual|Sync audit|^layer norm width|^output: autocast|^largest excess" | tee -a "$OUT/summary.txt"
   done
   return $rc
 }

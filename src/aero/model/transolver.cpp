@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "aero/device/device.h"
+#include "aero/model/fused_layer_norm.h"
 #include "aero/model/fused_physics_attention.h"
 #include "aero/model/slice_ops.h"
 
@@ -113,7 +114,7 @@ torch::Tensor TransolverBlockImpl::forward(const torch::Tensor& x_in) {
   const auto norm = [&](const torch::nn::LayerNormImpl& ln, const torch::Tensor& x) {
     const auto& o = ln.options;
     if (bf16_layer_norm) {
-      return layer_norm_in_autocast_dtype(x, o.normalized_shape(), ln.weight, ln.bias, o.eps());
+      return fused_layer_norm(x, o.normalized_shape(), ln.weight, ln.bias, o.eps());
     }
     return torch::layer_norm(x, o.normalized_shape(), ln.weight, ln.bias, o.eps());
   };

@@ -46,10 +46,10 @@ struct TransolverOptions {
   // apply: CUDA, bf16 autocast, dim_head 16/32/64, slices a multiple of 16
   // up to 256. Elsewhere, and when false, the plain LibTorch path.
   bool fused_attention = true;
-  // Under bf16 autocast, LayerNorm in bf16 (layer_norm_in_autocast_dtype:
-  // bf16 in and out, fp32 statistics, weight and bias rounded to bf16)
-  // instead of autocast's fp32 LayerNorm and the casts around it. No effect
-  // without autocast.
+  // Under bf16 autocast, LayerNorm in bf16 (fused_layer_norm.h: bf16 in and
+  // out, fp32 statistics; CUDA kernels where they apply) instead of
+  // autocast's fp32 LayerNorm and the casts around it. No effect without
+  // autocast.
   bool bf16_layer_norm = true;
 };
 

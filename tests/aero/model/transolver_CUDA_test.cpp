@@ -1,8 +1,9 @@
-// The whole Transolver under bf16 autocast on the GPU (run by
-// scripts/device_check.sh; skipped without CUDA): the bf16 LayerNorm
-// (layer_norm_in_autocast_dtype) against autocast's own fp32 LayerNorm,
-// both measured against an fp32 run of the same model.
+// LayerNorm in bf16 on the GPU (run by scripts/device_check.sh; skipped
+// without CUDA): the fused kernels against fp32 at::layer_norm, the ATen
+// fallback's dtype rules, and the whole Transolver with the bf16 LayerNorm
+// against autocast's own fp32 LayerNorm, both measured against fp32.
 #include "aero/device/device.h"
+#include "aero/model/fused_layer_norm.h"
 #include "aero/model/transolver.h"
 
 #include <gtest/gtest.h>
@@ -42,6 +43,61 @@ TEST(LayerNormInAutocastDtypeTest, StaysInBf16UnderAutocastOnly_CUDA) {
   }
   // Without autocast: plain at::layer_norm.
   EXPECT_TRUE(torch::equal(layer_norm_in_autocast_dtype(x, {256}, w, b, 1e-5), want));
+}
+
+// The kernels on the same bf16 values as an fp32 reference: output and
+// input gradient within a few bf16 roundings, weight and bias gradients
+// (summed in fp32) much closer. Row counts include odd ones (the forward
+// takes rows two at a time).
+TEST(FusedLayerNormCudaTest, MatchesFp32LayerNormForwardAndBackward_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  const auto opts = torch::TensorOptions().device(torch::kCUDA);
+  for (const int64_t width : {256, 512, 768, 1024}) {
+    for (const int64_t rows : {1, 3, 1001, 20000}) {
+      torch::manual_seed(width + rows);
+      const auto x = (torch::randn({1, rows, width}, opts) * 2 + 0.5).to(torch::kBFloat16);
+      const auto gy = torch::randn({1, rows, width}, opts).to(torch::kBFloat16);
+      const auto w = 1 + 0.3 * torch::randn({width}, opts), b = 0.3 * torch::randn({width}, opts);
+      ASSERT_TRUE(layer_norm_kernels_apply(x, w, b)) << width;
+
+      auto xf = x.clone().requires_grad_(true);
+      auto wf = w.clone().requires_grad_(true), bf = b.clone().requires_grad_(true);
+      const auto y = fused_layer_norm(xf, {width}, wf, bf, 1e-5);
+      y.backward(gy);
+      auto xr = x.to(torch::kFloat).requires_grad_(true);
+      auto wr = w.clone().requires_grad_(true), br = b.clone().requires_grad_(true);
+      const auto yr = torch::layer_norm(xr, {width}, wr, br, 1e-5);
+      yr.backward(gy.to(torch::kFloat));
+
+      SCOPED_TRACE("width " + std::to_string(width) + ", rows " + std::to_string(rows));
+      EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
+      EXPECT_EQ(xf.grad().scalar_type(), torch::kBFloat16);
+      EXPECT_EQ(wf.grad().scalar_type(), torch::kFloat);
+      const double ey = rel(y, yr), ex = rel(xf.grad(), xr.grad());
+      const double ew = rel(wf.grad(), wr.grad()), eb = rel(bf.grad(), br.grad());
+      if (rows == 20000) {
+        std::printf("layer norm width %ld: y %.2e, grad x %.2e, grad w %.2e, grad b %.2e\n",
+                    static_cast<long>(width), ey, ex, ew, eb);
+      }
+      EXPECT_LT(ey, 8e-3);
+      EXPECT_LT(ex, 8e-3);
+      EXPECT_LT(ew, 1e-4);
+      EXPECT_LT(eb, 1e-4);
+    }
+  }
+}
+
+// A width the kernels do not take runs the ATen fallback, still in bf16.
+TEST(FusedLayerNormCudaTest, OtherWidthsFallBackToAten_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  const auto opts = torch::TensorOptions().device(torch::kCUDA);
+  const auto x = torch::randn({1, 100, 96}, opts).to(torch::kBFloat16);
+  const auto w = torch::ones({96}, opts), b = torch::zeros({96}, opts);
+  EXPECT_FALSE(layer_norm_kernels_apply(x, w, b));
+  AutocastGuard autocast(x.device(), true);
+  const auto y = fused_layer_norm(x, {96}, w, b, 1e-5);
+  EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
+  EXPECT_LT(rel(y, torch::layer_norm(x.to(torch::kFloat), {96}, w, b, 1e-5)), 8e-3);
 }
 
 struct Result {

@@ -1,0 +1,23 @@
+// fused_layer_norm: the model's LayerNorm under bf16 autocast (TransolverOptions::
+// bf16_layer_norm): bf16 in, bf16 out, fp32 statistics, weight and bias kept
+// in fp32, parameter gradients summed in fp32. On CUDA, for a bf16 input
+// whose width the kernels take (kernels/layer_norm_kernels.h: multiples of
+// 256 up to 1024) it is one autograd function over those kernels, which
+// keep the mean and 1/std per row for the backward. Anywhere else it is
+// layer_norm_in_autocast_dtype (device.h): the same in ATen ops, with
+// weight and bias rounded to bf16 under autocast, at::layer_norm otherwise.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace slipstream::aero {
+
+at::Tensor fused_layer_norm(const at::Tensor& x, at::IntArrayRef shape, const at::Tensor& weight,
+                           const at::Tensor& bias, double eps);
+
+// Whether fused_layer_norm(x, {x.size(-1)}, weight, bias) runs the CUDA
+// kernels (false in a build without CUDA).
+bool layer_norm_kernels_apply(const at::Tensor& x, const at::Tensor& weight,
+                              const at::Tensor& bias);
+
+}  // namespace slipstream::aero

@@ -1,0 +1,32 @@
+// CUDA kernels for LayerNorm over the last dimension of a bf16 tensor, with
+// fp32 weight and bias, fp32 statistics and fp32 parameter gradients: the
+// LayerNorm of a bf16 residual stream under autocast without casting it to
+// fp32 and back. One warp per row; each lane holds width / 32 values.
+// Plain C++ interface (raw device pointers, cudaStream_t as void*), like
+// slice_kernels.h; fused_layer_norm.h wraps it for tensors.
+//
+// Per row r of width C:  mean_r = sum x / C,  rstd_r = 1 / sqrt(var_r + eps)
+// (var the biased variance, computed from x - mean), y = (x - mean) rstd
+// gamma + beta. Backward, with xhat = (x - mean) rstd and gg = gy gamma:
+//   gx = rstd (gg - mean_C(gg) - xhat mean_C(gg xhat))
+//   ggamma += sum_r gy xhat,  gbeta += sum_r gy   (atomics: the caller zeroes)
+// Layouts: x, y, gy, gx (rows, C) bf16 contiguous, 16-byte aligned; gamma,
+// beta, ggamma, gbeta (C) fp32; mean, rstd (rows) fp32. Asynchronous on
+// `stream`; nothing here synchronizes.
+#pragma once
+
+#include <cstdint>
+
+namespace slipstream::aero::layer_norm_kernels {
+
+// Widths the kernels take: multiples of 256 up to 1024.
+bool supported(int64_t width);
+
+void forward(const void* x, const float* gamma, const float* beta, int64_t rows, int64_t width,
+             float eps, void* y, float* mean, float* rstd, void* stream);
+
+void backward(const void* gy, const void* x, const float* mean, const float* rstd,
+              const float* gamma, int64_t rows, int64_t width, void* gx, float* ggamma,
+              float* gbeta, void* stream);
+
+}  // namespace slipstream::aero::layer_norm_kernels
