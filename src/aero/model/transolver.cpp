@@ -5,6 +5,7 @@
 #include "aero/device/device.h"
 #include "aero/model/fused_layer_norm.h"
 #include "aero/model/fused_physics_attention.h"
+#include "aero/model/linear.h"
 #include "aero/model/slice_ops.h"
 
 #include <cmath>
@@ -29,13 +30,12 @@ MlpImpl::MlpImpl(int64_t in, int64_t hidden, int64_t out) {
 
 namespace {
 
-// at::linear rather than the C++ frontend's Linear::forward: for inputs of
-// more than two dimensions the latter runs matmul and then `out += bias`,
-// which under autocast adds an fp32 bias into a bf16 output through a slow
-// mixed-dtype kernel (seen: 22 ms of a 180 ms step); at::linear folds the
-// bias into one GEMM.
+// aero::linear (linear.h) rather than the C++ frontend's Linear::forward:
+// for inputs of more than two dimensions the latter runs matmul and then
+// `out += bias`, which under autocast adds an fp32 bias into a bf16 output
+// through a slow mixed-dtype kernel (seen: 22 ms of a 180 ms step).
 torch::Tensor linear(const torch::nn::LinearImpl& l, const torch::Tensor& x) {
-  return torch::linear(x, l.weight, l.bias);
+  return aero::linear(x, l.weight, l.bias);
 }
 
 }  // namespace

@@ -1,0 +1,62 @@
+#include "aero/model/linear.h"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include "aero/device/device.h"
+
+namespace slipstream::aero {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+class LinearFunction : public torch::autograd::Function<LinearFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_in, const at::Tensor& w_in,
+                            const at::Tensor& b_in) {
+    const auto x = autocast_input(x_in), w = autocast_input(w_in), b = autocast_input(b_in);
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["w_dtype"] = static_cast<int64_t>(w_in.scalar_type());
+    ctx->saved_data["b_dtype"] = static_cast<int64_t>(b_in.scalar_type());
+    return at::linear(x, w, b);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &w = saved[1];
+    const auto g = grads[0].to(x.scalar_type()).reshape({-1, w.size(0)});
+    at::Tensor gx, gw, gb;
+    if (ctx->needs_input_grad(0)) gx = g.mm(w).view(x.sizes());
+    if (ctx->needs_input_grad(1)) {
+      gw = g.t().mm(x.reshape({-1, w.size(1)}))
+               .to(static_cast<at::ScalarType>(ctx->saved_data["w_dtype"].toInt()));
+    }
+    if (ctx->needs_input_grad(2)) {
+      gb = column_sum(g).to(static_cast<at::ScalarType>(ctx->saved_data["b_dtype"].toInt()));
+    }
+    return {gx, gw, gb};
+  }
+};
+
+}  // namespace
+
+at::Tensor column_sum(const at::Tensor& m) {
+  const int64_t rows = m.size(0), width = m.size(1);
+  const auto acc = at::promote_types(m.scalar_type(), at::kFloat);
+  int64_t fold = 1;
+  for (const int64_t f : {8, 4, 2}) {
+    if (rows % f == 0 && width * f <= 2048) {
+      fold = f;
+      break;
+    }
+  }
+  return m.contiguous().view({rows / fold, fold * width}).sum(0, false, acc).view({fold, width}).sum(0);
+}
+
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  if (!bias.defined()) return at::linear(x, weight);
+  return LinearFunction::apply(x, weight, bias);
+}
+
+}  // namespace slipstream::aero

@@ -1,0 +1,62 @@
+// aero::linear against at::linear (fp64, CPU): output and every gradient,
+// for row counts the bias-gradient fold does and does not divide.
+#include "aero/model/linear.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+namespace slipstream::aero {
+namespace {
+
+double rel(const torch::Tensor& got, const torch::Tensor& want) {
+  return ((got - want).norm() / want.norm().clamp_min(1e-300)).item<double>();
+}
+
+TEST(LinearTest, MatchesAtenLinearInOutputAndGradients) {
+  const auto f64 = torch::dtype(torch::kDouble);
+  for (const auto& shape : std::vector<std::vector<int64_t>>{{7, 5}, {2, 12, 6}, {1, 13, 3}, {3, 16, 300}}) {
+    torch::manual_seed(shape.back() + shape.size());
+    const int64_t in = shape.back(), out = in == 300 ? 40 : 9;
+    const auto x0 = torch::randn(shape, f64), w0 = torch::randn({out, in}, f64);
+    const auto b0 = torch::randn({out}, f64);
+    auto sizes = shape;
+    sizes.back() = out;
+    const auto up = torch::randn(sizes, f64);
+
+    auto x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+    auto b = b0.clone().requires_grad_(true);
+    const auto y = linear(x, w, b);
+    (y * up).sum().backward();
+    auto xr = x0.clone().requires_grad_(true), wr = w0.clone().requires_grad_(true);
+    auto br = b0.clone().requires_grad_(true);
+    const auto yr = torch::linear(xr, wr, br);
+    (yr * up).sum().backward();
+
+    SCOPED_TRACE(std::to_string(shape.size()) + "-d input, in " + std::to_string(in));
+    EXPECT_EQ(y.sizes(), yr.sizes());
+    EXPECT_LT(rel(y, yr), 1e-13);
+    EXPECT_LT(rel(x.grad(), xr.grad()), 1e-13);
+    EXPECT_LT(rel(w.grad(), wr.grad()), 1e-13);
+    EXPECT_LT(rel(b.grad(), br.grad()), 1e-13);
+  }
+}
+
+TEST(LinearTest, WithoutBiasOrInputGradient) {
+  const auto x = torch::randn({4, 6}, torch::kDouble);  // no grad wanted for x
+  auto w = torch::randn({3, 6}, torch::kDouble).requires_grad_(true);
+  linear(x, w, torch::Tensor()).sum().backward();
+  EXPECT_LT(rel(w.grad(), torch::ones({4, 3}, torch::kDouble).t().mm(x)), 1e-13);
+}
+
+TEST(LinearTest, ColumnSumFoldsRowsAndAccumulatesInFloat) {
+  const auto m = torch::randn({4000, 256}).to(torch::kBFloat16);
+  const auto s = column_sum(m);
+  EXPECT_EQ(s.scalar_type(), torch::kFloat);
+  EXPECT_EQ(s.sizes(), (std::vector<int64_t>{256}));
+  EXPECT_LT(rel(s, m.to(torch::kDouble).sum(0).to(torch::kFloat)), 1e-6);
+  const auto odd = torch::randn({7, 3}, torch::kDouble);  // no fold divides 7
+  EXPECT_LT(rel(column_sum(odd), odd.sum(0)), 1e-15);
+}
+
+}  // namespace
+}  // namespace slipstream::aero
