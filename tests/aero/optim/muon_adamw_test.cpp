@@ -70,6 +70,21 @@ TEST(MuonAdamWTest, BatchedStepEqualsOneMatrixAtATime) {
   }
 }
 
+TEST(MuonAdamWTest, ZeroGradZeroesEveryGradientAndKeepsThem) {
+  auto w = torch::randn({4, 3}, torch::requires_grad());
+  auto b = torch::randn({3}, torch::requires_grad());
+  auto unused = torch::randn({2}, torch::requires_grad());  // never gets a gradient
+  MuonAdamW opt({{"w", w}, {"b", b}, {"unused", unused}}, OptimizerOptions{});
+  (torch::ones({2, 4}).mm(w) + b).pow(2).sum().backward();
+  ASSERT_GT(w.grad().abs().sum().item<double>(), 0.0);
+  ASSERT_GT(b.grad().abs().sum().item<double>(), 0.0);
+  opt.zero_grad();
+  ASSERT_TRUE(w.grad().defined() && b.grad().defined());
+  EXPECT_EQ(w.grad().abs().sum().item<double>(), 0.0);
+  EXPECT_EQ(b.grad().abs().sum().item<double>(), 0.0);
+  EXPECT_FALSE(unused.grad().defined());
+}
+
 TEST(MuonAdamWTest, SplitsMatricesFromTheRestAndAdamWMatchesTheClosedForm) {
   auto w = torch::randn({4, 3}, torch::requires_grad());
   auto b = torch::randn({3}, torch::requires_grad());
