@@ -287,8 +287,8 @@ __device__ inline void gemm_nt(const bf16* a, const bf16* bt, const bf16* a2, co
 // out(r, d) for one or two kTile x D products A (kTile x G, lda) B (G x D,
 // ldk): the products' 16 x 16 output tiles are dealt to the warps, split
 // along G when there are fewer tiles than warps, the partial tiles summed
-// through `stage`, and emit_i(r, d, value) called once per element of
-// product i. Syncs the block first (so A and B written by other threads are
+// through `stage`, and emit_i(r, d, values) called once per run of 4
+// elements (d a multiple of 4) of product i. Syncs the block first (so A and B written by other threads are
 // seen), between, and after (so the stage and the inputs may be reused).
 template <int D, int W, typename Emit0, typename Emit1>
 __device__ inline void gemm_nn_points(const bf16* a0, const bf16* b0, Emit0 emit0, const bf16* a1,
@@ -307,24 +307,47 @@ __device__ inline void gemm_nn_points(const bf16* a0, const bf16* b0, Emit0 emit
     const bf16* b = prod == 0 ? b0 : b1;
     const int mt = f / (D / 16), nt = f % (D / 16);
     const int k0 = s * ksteps / splits, k1 = (s + 1) * ksteps / splits;
-    FragC acc;
+    // Two accumulators (even and odd k): two independent MMA chains.
+    FragC acc, acc2;
     wmma::fill_fragment(acc, 0.0f);
-    for (int k = k0; k < k1; ++k) {
+    wmma::fill_fragment(acc2, 0.0f);
+    const bf16* ak = a + mt * 16 * lda;
+    const bf16* bk = b + nt * 16;
+    int k = k0;
+    for (; k + 1 < k1; k += 2) {
+      FragA fa, fa2;
+      FragB fb, fb2;
+      wmma::load_matrix_sync(fa, ak + k * 16, lda);
+      wmma::load_matrix_sync(fb, bk + k * 16 * ldk, ldk);
+      wmma::load_matrix_sync(fa2, ak + (k + 1) * 16, lda);
+      wmma::load_matrix_sync(fb2, bk + (k + 1) * 16 * ldk, ldk);
+      wmma::mma_sync(acc, fa, fb, acc);
+      wmma::mma_sync(acc2, fa2, fb2, acc2);
+    }
+    if (k < k1) {
       FragA fa;
       FragB fb;
-      wmma::load_matrix_sync(fa, a + mt * 16 * lda + k * 16, lda);
-      wmma::load_matrix_sync(fb, b + k * 16 * ldk + nt * 16, ldk);
+      wmma::load_matrix_sync(fa, ak + k * 16, lda);
+      wmma::load_matrix_sync(fb, bk + k * 16 * ldk, ldk);
       wmma::mma_sync(acc, fa, fb, acc);
     }
+#pragma unroll
+    for (int i = 0; i < acc.num_elements; ++i) acc.x[i] += acc2.x[i];
     wmma::store_matrix_sync(stage + slot * 256, acc, 16, wmma::mem_row_major);
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < products * kTile * D; e += Cfg<W>::kThreads) {
-    const int prod = e / (kTile * D), r = (e / D) % kTile, d = e % D;
+  for (int e = threadIdx.x; e < products * kTile * D / 4; e += Cfg<W>::kThreads) {
+    const int prod = e / (kTile * D / 4), r = (e / (D / 4)) % kTile, d = 4 * (e % (D / 4));
     const int tile = prod * kPerProduct + (r / 16) * (D / 16) + d / 16;
     const int inner = (r % 16) * 16 + d % 16;
-    float v = 0.0f;
-    for (int si = 0; si < splits; ++si) v += stage[(tile + si * tiles) * 256 + inner];
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int si = 0; si < splits; ++si) {
+      const float4 q = *reinterpret_cast<const float4*>(stage + (tile + si * tiles) * 256 + inner);
+      v.x += q.x;
+      v.y += q.y;
+      v.z += q.z;
+      v.w += q.w;
+    }
     if (prod == 0) {
       emit0(r, d, v);
     } else {
@@ -544,8 +567,8 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads, 2)
                         store_bf16x4(ps + r * pl.ldg + c, q[0], q[1], q[2], q[3]);
                       }
                     });
-    const auto emit = [&](int r, int d, float v) {
-      if (n0 + r < hd.n) out[hd.row(n0 + r) + d] = __float2bfloat16(v);
+    const auto emit = [&](int r, int d, float4 v) {
+      if (n0 + r < hd.n) store_bf16x4(out + hd.row(n0 + r) + d, v.x, v.y, v.z, v.w);
     };
     gemm_nn_points<D, W>(ps, zs, emit, nullptr, nullptr, emit, pl.ldg, pl.ldk, g, stage);
   }
@@ -654,12 +677,12 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads, 1)
     // grad_fx = w gs and grad_x = (dL/dlogits) ws, in one pass.
     gemm_nn_points<D, W>(
         ps, gss,
-        [&](int r, int d, float v) {
-          if (n0 + r < hd.n) grad_fx[hd.row(n0 + r) + d] = __float2bfloat16(v);
+        [&](int r, int d, float4 v) {
+          if (n0 + r < hd.n) store_bf16x4(grad_fx + hd.row(n0 + r) + d, v.x, v.y, v.z, v.w);
         },
         pgs, ws,
-        [&](int r, int d, float v) {
-          if (n0 + r < hd.n) grad_x[hd.row(n0 + r) + d] = __float2bfloat16(v);
+        [&](int r, int d, float4 v) {
+          if (n0 + r < hd.n) store_bf16x4(grad_x + hd.row(n0 + r) + d, v.x, v.y, v.z, v.w);
         },
         pl.ldg, pl.ldk, g, stage);
   }
