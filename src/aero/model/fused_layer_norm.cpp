@@ -85,7 +85,7 @@ bool layer_norm_kernels_apply(const at::Tensor& x, const at::Tensor& weight,
 }
 
 at::Tensor fused_layer_norm(const at::Tensor& x, at::IntArrayRef shape, const at::Tensor& weight,
-                           const at::Tensor& bias, double eps) {
+                            const at::Tensor& bias, double eps) {
 #ifdef SLIPSTREAM_WITH_CUDA
   if (shape.size() == 1 && shape[0] == x.size(-1) && layer_norm_kernels_apply(x, weight, bias)) {
     return LayerNormFunction::apply(x, weight, bias, eps);

@@ -13,7 +13,7 @@
 namespace slipstream::aero {
 
 at::Tensor fused_layer_norm(const at::Tensor& x, at::IntArrayRef shape, const at::Tensor& weight,
-                           const at::Tensor& bias, double eps);
+                            const at::Tensor& bias, double eps);
 
 // Whether fused_layer_norm(x, {x.size(-1)}, weight, bias) runs the CUDA
 // kernels (false in a build without CUDA).

@@ -29,7 +29,8 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
     at::Tensor gx, gw, gb;
     if (ctx->needs_input_grad(0)) gx = g.mm(w).view(x.sizes());
     if (ctx->needs_input_grad(1)) {
-      gw = g.t().mm(x.reshape({-1, w.size(1)}))
+      gw = g.t()
+               .mm(x.reshape({-1, w.size(1)}))
                .to(static_cast<at::ScalarType>(ctx->saved_data["w_dtype"].toInt()));
     }
     if (ctx->needs_input_grad(2)) {
@@ -51,7 +52,11 @@ at::Tensor column_sum(const at::Tensor& m) {
       break;
     }
   }
-  return m.contiguous().view({rows / fold, fold * width}).sum(0, false, acc).view({fold, width}).sum(0);
+  return m.contiguous()
+      .view({rows / fold, fold * width})
+      .sum(0, false, acc)
+      .view({fold, width})
+      .sum(0);
 }
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {

@@ -14,7 +14,8 @@ double rel(const torch::Tensor& got, const torch::Tensor& want) {
 
 TEST(LinearTest, MatchesAtenLinearInOutputAndGradients) {
   const auto f64 = torch::dtype(torch::kDouble);
-  for (const auto& shape : std::vector<std::vector<int64_t>>{{7, 5}, {2, 12, 6}, {1, 13, 3}, {3, 16, 300}}) {
+  for (const auto& shape :
+       std::vector<std::vector<int64_t>>{{7, 5}, {2, 12, 6}, {1, 13, 3}, {3, 16, 300}}) {
     torch::manual_seed(shape.back() + shape.size());
     const int64_t in = shape.back(), out = in == 300 ? 40 : 9;
     const auto x0 = torch::randn(shape, f64), w0 = torch::randn({out, in}, f64);

@@ -65,13 +65,10 @@ __device__ inline void load_params(const float* src, int lane, float (&v)[V][8])
 }
 
 template <int V>
-__global__ void __launch_bounds__(kThreads) forward_kernel(const bf16* __restrict__ x,
-                                                           const float* __restrict__ gamma,
-                                                           const float* __restrict__ beta,
-                                                           int64_t rows, float eps,
-                                                           bf16* __restrict__ y,
-                                                           float* __restrict__ mean_out,
-                                                           float* __restrict__ rstd_out) {
+__global__ void __launch_bounds__(kThreads)
+    forward_kernel(const bf16* __restrict__ x, const float* __restrict__ gamma,
+                   const float* __restrict__ beta, int64_t rows, float eps, bf16* __restrict__ y,
+                   float* __restrict__ mean_out, float* __restrict__ rstd_out) {
   constexpr int C = 256 * V;
   const int lane = threadIdx.x % 32;
   const int64_t warps = int64_t(gridDim.x) * kWarps;
@@ -119,10 +116,11 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const bf16* __restric
 // The parameter gradients are summed per lane over the warp's rows, then
 // over the block's warps in shared memory, then added to global memory.
 template <int V>
-__global__ void __launch_bounds__(kThreads) backward_kernel(
-    const bf16* __restrict__ gy, const bf16* __restrict__ x, const float* __restrict__ mean_in,
-    const float* __restrict__ rstd_in, const float* __restrict__ gamma, int64_t rows,
-    bf16* __restrict__ gx, float* __restrict__ ggamma, float* __restrict__ gbeta) {
+__global__ void __launch_bounds__(kThreads)
+    backward_kernel(const bf16* __restrict__ gy, const bf16* __restrict__ x,
+                    const float* __restrict__ mean_in, const float* __restrict__ rstd_in,
+                    const float* __restrict__ gamma, int64_t rows, bf16* __restrict__ gx,
+                    float* __restrict__ ggamma, float* __restrict__ gbeta) {
   constexpr int C = 256 * V;
   __shared__ float red[kWarps][C];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -215,9 +213,9 @@ void backward_v(const void* gy, const void* x, const float* mean, const float* r
                 cudaStream_t stream) {
   // At most 4 blocks a multiprocessor: each ends with C atomics per parameter.
   const unsigned grid = grid_for(backward_kernel<V>, rows, 1, 4);
-  backward_kernel<V><<<grid, kThreads, 0, stream>>>(
-      static_cast<const bf16*>(gy), static_cast<const bf16*>(x), mean, rstd, gamma, rows,
-      static_cast<bf16*>(gx), ggamma, gbeta);
+  backward_kernel<V><<<grid, kThreads, 0, stream>>>(static_cast<const bf16*>(gy),
+                                                    static_cast<const bf16*>(x), mean, rstd, gamma,
+                                                    rows, static_cast<bf16*>(gx), ggamma, gbeta);
   check_launch("backward");
 }
 
@@ -237,10 +235,14 @@ void forward(const void* x, const float* gamma, const float* beta, int64_t rows,
   if (rows == 0) return;
   const auto s = static_cast<cudaStream_t>(stream);
   switch (width / 256) {
-    case 1: return forward_v<1>(x, gamma, beta, rows, eps, y, mean, rstd, s);
-    case 2: return forward_v<2>(x, gamma, beta, rows, eps, y, mean, rstd, s);
-    case 3: return forward_v<3>(x, gamma, beta, rows, eps, y, mean, rstd, s);
-    default: return forward_v<4>(x, gamma, beta, rows, eps, y, mean, rstd, s);
+    case 1:
+      return forward_v<1>(x, gamma, beta, rows, eps, y, mean, rstd, s);
+    case 2:
+      return forward_v<2>(x, gamma, beta, rows, eps, y, mean, rstd, s);
+    case 3:
+      return forward_v<3>(x, gamma, beta, rows, eps, y, mean, rstd, s);
+    default:
+      return forward_v<4>(x, gamma, beta, rows, eps, y, mean, rstd, s);
   }
 }
 
@@ -251,10 +253,14 @@ void backward(const void* gy, const void* x, const float* mean, const float* rst
   if (rows == 0) return;
   const auto s = static_cast<cudaStream_t>(stream);
   switch (width / 256) {
-    case 1: return backward_v<1>(gy, x, mean, rstd, gamma, rows, gx, ggamma, gbeta, s);
-    case 2: return backward_v<2>(gy, x, mean, rstd, gamma, rows, gx, ggamma, gbeta, s);
-    case 3: return backward_v<3>(gy, x, mean, rstd, gamma, rows, gx, ggamma, gbeta, s);
-    default: return backward_v<4>(gy, x, mean, rstd, gamma, rows, gx, ggamma, gbeta, s);
+    case 1:
+      return backward_v<1>(gy, x, mean, rstd, gamma, rows, gx, ggamma, gbeta, s);
+    case 2:
+      return backward_v<2>(gy, x, mean, rstd, gamma, rows, gx, ggamma, gbeta, s);
+    case 3:
+      return backward_v<3>(gy, x, mean, rstd, gamma, rows, gx, ggamma, gbeta, s);
+    default:
+      return backward_v<4>(gy, x, mean, rstd, gamma, rows, gx, ggamma, gbeta, s);
   }
 }
 

@@ -1,12 +1,16 @@
 // The slice kernels of physics attention: see slice_kernels.h for the maths
-// and layouts. One block of 16 warps owns one (batch, head) and a run of
-// 32-point tiles. Per tile it loads the points' rows into shared memory,
-// forms the 32 x G logits with tensor-core MMAs (WMMA, bf16 in, fp32
-// accumulate), turns them into slice weights row by row (one warp per row),
-// and then either reduces over the points (slice sums, held in registers
-// across the block's tiles and added to global memory once), expands back to
-// points, or runs the backward. The points x slices weights never leave
-// shared memory.
+// and layouts. Every kernel owns one (batch, head) per block and a run of
+// point tiles, and recomputes the points x slices weights from x instead of
+// reading them; they never reach global memory.
+//
+// The forward kernels (lse, reduce, expand) keep the weights in registers:
+// mma.sync m16n8k16 products whose accumulators are turned into weights in
+// place and fed back as the next product's operand (see "the forward
+// kernels" below). The backward kernel works on 32-point tiles through
+// shared memory: WMMA products (bf16 in, fp32 accumulate) write the tile's
+// logits and weight gradients there, a row pass (8-16 threads a row) does
+// the softmax backward, and further products form grad_x, grad_fx and the
+// sums over points for grad_ws.
 #include "aero/model/kernels/slice_kernels.h"
 
 #include <cuda_bf16.h>
@@ -92,7 +96,7 @@ struct ColumnSum {
     atomicAdd(out + 4 * q + 3, acc.w);
   }
 };
-constexpr int kForwardWarps = 8, kBackwardWarps = 16;
+constexpr int kBackwardWarps = 16;
 
 using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>;
 using FragAt = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::col_major>;
@@ -100,9 +104,8 @@ using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>;
 using FragBt = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major>;
 using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 
-enum class Kind { kReduce, kExpand, kBackward };
-
-// Shared-memory layout, the same on host (for the launch size) and device.
+// The backward kernel's shared-memory layout, the same on host (for the
+// launch size) and device.
 // Rows of D bf16 are padded to D + 8, rows of G bf16 to G + 8 and rows of G
 // floats to G + 8, which keeps WMMA's alignment and spreads the banks.
 struct Plan {
@@ -116,7 +119,7 @@ __host__ __device__ inline size_t take(size_t& off, size_t n) {
   return at;
 }
 
-__host__ __device__ inline Plan make_plan(Kind kind, int d, int g, int warps) {
+__host__ __device__ inline Plan make_plan(int d, int g, int warps) {
   Plan pl{};
   pl.ldk = d + 8;
   pl.ldg = g + 8;
@@ -128,22 +131,18 @@ __host__ __device__ inline Plan make_plan(Kind kind, int d, int g, int warps) {
   pl.ws = take(off, mat);
   pl.bias = take(off, g * sizeof(float));
   pl.x = take(off, rows);
-  if (kind == Kind::kReduce) pl.y = take(off, rows);
-  if (kind == Kind::kExpand) pl.z = take(off, mat);
-  if (kind == Kind::kBackward) {
-    pl.gnorm = take(off, g * sizeof(float));
-    pl.y = take(off, rows);
-    pl.go = take(off, rows);
-    pl.z = take(off, mat);
-    pl.z2 = take(off, mat);
-    pl.dw = take(off, f32);
-  }
+  pl.gnorm = take(off, g * sizeof(float));
+  pl.y = take(off, rows);
+  pl.go = take(off, rows);
+  pl.z = take(off, mat);
+  pl.z2 = take(off, mat);
+  pl.dw = take(off, f32);
   pl.logits = take(off, f32);
   pl.p = take(off, size_t(kTile) * pl.ldg * sizeof(bf16));
-  if (kind == Kind::kBackward) pl.pg = take(off, size_t(kTile) * pl.ldg * sizeof(bf16));
-  // Partial 16 x 16 output tiles of the point products (two products of
-  // (kTile/16) x (D/16) tiles in the backward), at least one per warp.
-  const int out_tiles = (kind == Kind::kBackward ? 2 : 1) * (kTile / 16) * (d / 16);
+  pl.pg = take(off, size_t(kTile) * pl.ldg * sizeof(bf16));
+  // Partial 16 x 16 output tiles of the two point products ((kTile/16) x
+  // (D/16) tiles each), at least one per warp.
+  const int out_tiles = 2 * (kTile / 16) * (d / 16);
   pl.stage = take(off, size_t(out_tiles > warps ? out_tiles : warps) * 256 * sizeof(float));
   pl.bytes = off;
   return pl;
@@ -201,7 +200,7 @@ template <int D, int W, typename RowOffset>
 __device__ inline void load_rows(bf16* dst, int ldk, const bf16* src, int rows, int valid,
                                  RowOffset row_offset) {
   constexpr int kPieces = D / 8;
-  for (int i = threadIdx.x; i < rows * kPieces; i += Cfg<W>::kThreads) {
+  for (int i = threadIdx.x; i < rows * kPieces; i += 32 * W) {
     const int r = i / kPieces, c = i % kPieces;
     uint4 v = make_uint4(0, 0, 0, 0);
     if (r < valid) v = *reinterpret_cast<const uint4*>(src + row_offset(r) + c * 8);
@@ -288,8 +287,8 @@ __device__ inline void gemm_nt(const bf16* a, const bf16* bt, const bf16* a2, co
 // ldk): the products' 16 x 16 output tiles are dealt to the warps, split
 // along G when there are fewer tiles than warps, the partial tiles summed
 // through `stage`, and emit_i(r, d, values) called once per run of 4
-// elements (d a multiple of 4) of product i. Syncs the block first (so A and B written by other threads are
-// seen), between, and after (so the stage and the inputs may be reused).
+// elements (d a multiple of 4) of product i. Syncs the block first (so A and B written by other
+// threads are seen), between, and after (so the stage and the inputs may be reused).
 template <int D, int W, typename Emit0, typename Emit1>
 __device__ inline void gemm_nn_points(const bf16* a0, const bf16* b0, Emit0 emit0, const bf16* a1,
                                       const bf16* b1, Emit1 emit1, int lda, int ldk, int g,
@@ -413,9 +412,9 @@ struct PointSum {
 // kRowThreads holds its columns (row_col) in registers; `body(r, row, z2,
 // w, valid, part)` sees them.
 template <int W, typename Body>
-__device__ inline void for_each_row(float* logits, int ldf, const float* bias2, float scale2,
-                                    int g, const Head& hd, int64_t n0, float* lse,
-                                    bool compute_lse, Body body) {
+__device__ inline void for_each_row(float* logits, int ldf, const float* bias2, float scale2, int g,
+                                    const Head& hd, int64_t n0, float* lse, bool compute_lse,
+                                    Body body) {
   const int r = threadIdx.x / Cfg<W>::kRowThreads, part = threadIdx.x % Cfg<W>::kRowThreads;
   const int64_t n = n0 + r;
   const bool valid = n < hd.n;
@@ -463,114 +462,351 @@ __device__ inline void for_each_row(float* logits, int ldf, const float* bias2, 
 template <int W>
 __device__ inline float load_bias2(float* bias2, const Problem& p, int h, int g) {
   const float scale2 = kLog2e / p.tau[h];
-  for (int i = threadIdx.x; i < g; i += Cfg<W>::kThreads) bias2[i] = p.bias[i] * scale2;
+  for (int i = threadIdx.x; i < g; i += 32 * W) bias2[i] = p.bias[i] * scale2;
   return scale2;
 }
 
-template <int D, int W = kForwardWarps>
-__global__ void __launch_bounds__(Cfg<W>::kThreads, 2)
-    reduce_kernel(Problem p, const bf16* __restrict__ y, float* __restrict__ acc_out,
-                  float* __restrict__ colsum_out, bool compute_lse, int tiles_per_block) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  const int g = static_cast<int>(p.slices);
-  const Plan pl = make_plan(Kind::kReduce, D, g, W);
-  Head hd{blockIdx.y / p.heads, blockIdx.y % p.heads, blockIdx.y, p.points, p.heads, D, g};
-  bf16* ws = at<bf16>(smem, pl.ws);
-  float* bias2 = at<float>(smem, pl.bias);
-  bf16* xs = at<bf16>(smem, pl.x);
-  bf16* ys = at<bf16>(smem, pl.y);
-  float* logits = at<float>(smem, pl.logits);
-  bf16* ps = at<bf16>(smem, pl.p);
-  float* stage = at<float>(smem, pl.stage);
-  const bf16* x = static_cast<const bf16*>(p.x);
-  load_matrix<D, W>(ws, pl.ldk, static_cast<const bf16*>(p.ws), g);
-  const float scale2 = load_bias2<W>(bias2, p, hd.h, g);
+// ---- the forward kernels: weights in registers (mma.sync m16n8k16) ----
+//
+// A warp works on 16-point tiles with no shared memory written after the
+// block's set-up and no barrier in its loop. Per tile and chunk of 16
+// slices it forms the 16 x 16 logits with two MMAs per 16 of D and turns
+// them into weights where the MMA left them: each lane holds rows lane/4
+// and lane/4 + 8, columns 2 (lane % 4) + {0, 1} of each 8-wide tile
+// (fragment layouts: PTX ISA, "Matrix Fragments for mma.m16n8k16"; an
+// 8 x 8 block in that row/column pattern is what movmatrix transposes).
+//   lse:    rows of 16 points, online log-sum-exp over the chunks.
+//   reduce: each warp owns some chunks of slices and walks every tile of
+//           the block; the weights, transposed with movmatrix, are the A
+//           operand of (slices x points) (points x D).
+//   expand: each warp owns its tiles; the weights are the A operand of
+//           (points x slices) (slices x D), chunk by chunk.
 
-  PointSum<D, W> sums;
-  sums.zero();
-  ColumnSum<W> colsum;
-  const int64_t tiles = (p.points + kTile - 1) / kTile;
-  const int64_t t0 = int64_t(blockIdx.x) * tiles_per_block;
-  const int64_t t1 = imin(tiles, t0 + tiles_per_block);
-  TileRows<D, W> x_next, y_next;
-  x_next.fetch(x, hd, t0 * kTile);
-  y_next.fetch(y, hd, t0 * kTile);
-  for (int64_t t = t0; t < t1; ++t) {
-    const int64_t n0 = t * kTile;
-    x_next.store(xs, pl.ldk);
-    y_next.store(ys, pl.ldk);
-    __syncthreads();
-    if (t + 1 < t1) {
-      x_next.fetch(x, hd, n0 + kTile);
-      y_next.fetch(y, hd, n0 + kTile);
-    }
-    gemm_nt<D, W>(xs, ws, nullptr, nullptr, pl.ldk, logits, pl.ldf, g);
-    __syncthreads();
-    for_each_row<W>(logits, pl.ldf, bias2, scale2, g, hd, n0, p.lse, compute_lse,
-                    [&](int r, float*, const float*, const float* w, bool, int part) {
-#pragma unroll
-                      for (int j = 0; j < Cfg<W>::kQuads; ++j) {
-                        const int c = row_col<W>(part, 4 * j);
-                        if (c >= g) break;
-                        const float* q = w + 4 * j;
-                        store_bf16x4(ps + r * pl.ldg + c, q[0], q[1], q[2], q[3]);
-                      }
-                    });
-    __syncthreads();
-    if (colsum_out != nullptr) colsum.add(ps, pl.ldg, g);
-    sums.add(ps, pl.ldg, ys, pl.ldk, g);
-    __syncthreads();
-  }
-  sums.flush(acc_out + hd.bh * int64_t(g) * D, g, stage);
-  if (colsum_out != nullptr) colsum.flush(colsum_out + hd.bh * g, g);
+__device__ inline void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <int D, int W = kForwardWarps>
-__global__ void __launch_bounds__(Cfg<W>::kThreads, 2)
+// The transpose of an 8 x 8 bf16 block held one row pair per lane.
+__device__ inline uint32_t transpose8(uint32_t v) {
+  uint32_t t;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(t) : "r"(v));
+  return t;
+}
+
+// Two bf16 (lo in the low half, as the fragments want the lower column).
+__device__ inline uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__device__ inline uint32_t load_u32(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+constexpr int kRowTile = 16;  // points per warp tile in the register kernels
+constexpr int kRegWarps = 8;
+constexpr int kRegThreads = kRegWarps * 32;
+
+// Shared memory of the register kernels: ws (G x D, pitch D + 8), bias2
+// (G) and, for expand, z transposed (D x G, pitch G + 8). The pitches put
+// the 32 lanes of each fragment load on 32 different banks.
+struct RegPlan {
+  int ldk, ldg;
+  size_t ws, bias, zt, bytes;
+};
+
+__host__ __device__ inline RegPlan make_reg_plan(int d, int g, bool with_z) {
+  RegPlan pl{};
+  pl.ldk = d + 8;
+  pl.ldg = g + 8;
+  size_t off = 0;
+  pl.ws = take(off, size_t(g) * pl.ldk * sizeof(bf16));
+  pl.bias = take(off, g * sizeof(float));
+  if (with_z) pl.zt = take(off, size_t(d) * pl.ldg * sizeof(bf16));
+  pl.bytes = off;
+  return pl;
+}
+
+// A warp's view of one 16-point tile: rows a = lane/4 and b = a + 8.
+template <int D>
+struct PointTile {
+  int64_t na, nb;
+  bool va, vb;
+  uint32_t x[D / 16][4];  // the tile's x rows as A fragments (k = D)
+  float la, lb;           // the rows' lse (read when asked)
+
+  __device__ PointTile(const Problem& p, const Head& hd, int64_t t, int lane, bool read_lse) {
+    const int r0 = lane / 4, c0 = 2 * (lane % 4);
+    na = t * kRowTile + r0;
+    nb = na + 8;
+    va = na < hd.n;
+    vb = nb < hd.n;
+    const bf16* x0 = static_cast<const bf16*>(p.x);
+    const bf16* xa = x0 + hd.row(va ? na : 0);
+    const bf16* xb = x0 + hd.row(vb ? nb : 0);
+#pragma unroll
+    for (int k = 0; k < D / 16; ++k) {
+      x[k][0] = va ? load_u32(xa + 16 * k + c0) : 0u;
+      x[k][1] = vb ? load_u32(xb + 16 * k + c0) : 0u;
+      x[k][2] = va ? load_u32(xa + 16 * k + c0 + 8) : 0u;
+      x[k][3] = vb ? load_u32(xb + 16 * k + c0 + 8) : 0u;
+    }
+    // Nothing here uses a loaded value: a tile can be read a step ahead.
+    la = read_lse && va ? p.lse[hd.bh * hd.n + na] : 0.0f;
+    lb = read_lse && vb ? p.lse[hd.bh * hd.n + nb] : 0.0f;
+  }
+
+  // z2 (log2-unit logits) of slices s0 + 8 j + {c0, c0 + 1} for rows a, b:
+  // z[j][0..1] row a, z[j][2..3] row b.
+  __device__ void logits(const bf16* ws, int ldk, const float* bias2, float scale2, int s0,
+                         int lane, float (&z)[2][4]) const {
+    const int r0 = lane / 4, c0 = 2 * (lane % 4);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      float c[4] = {0.f, 0.f, 0.f, 0.f};
+      const bf16* wrow = ws + (s0 + 8 * j + r0) * ldk + c0;
+#pragma unroll
+      for (int k = 0; k < D / 16; ++k) {
+        mma_16816(c, x[k], load_u32(wrow + 16 * k), load_u32(wrow + 16 * k + 8));
+      }
+      const float b0 = bias2[s0 + 8 * j + c0], b1 = bias2[s0 + 8 * j + c0 + 1];
+      z[j][0] = fmaf(c[0], scale2, b0);
+      z[j][1] = fmaf(c[1], scale2, b1);
+      z[j][2] = fmaf(c[2], scale2, b0);
+      z[j][3] = fmaf(c[3], scale2, b1);
+    }
+  }
+
+  // The weights of a chunk from its logits (zero for rows past the end).
+  __device__ void weights(const float (&z)[2][4], float (&w)[2][4]) const {
+    const float la2 = la * kLog2e, lb2 = lb * kLog2e;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      w[j][0] = va ? exp2_approx(z[j][0] - la2) : 0.0f;
+      w[j][1] = va ? exp2_approx(z[j][1] - la2) : 0.0f;
+      w[j][2] = vb ? exp2_approx(z[j][2] - lb2) : 0.0f;
+      w[j][3] = vb ? exp2_approx(z[j][3] - lb2) : 0.0f;
+    }
+  }
+};
+
+// ws and bias2 into shared memory (and z transposed when given); syncs.
+template <int D>
+__device__ inline float reg_setup(const RegPlan& pl, unsigned char* smem, const Problem& p,
+                                  const Head& hd, const bf16* z) {
+  load_matrix<D, kRegWarps>(at<bf16>(smem, pl.ws), pl.ldk, static_cast<const bf16*>(p.ws), hd.g);
+  if (z != nullptr) {
+    bf16* zt = at<bf16>(smem, pl.zt);
+    for (int i = threadIdx.x; i < hd.g * D; i += kRegThreads) zt[(i % D) * pl.ldg + i / D] = z[i];
+  }
+  const float scale2 = load_bias2<kRegWarps>(at<float>(smem, pl.bias), p, hd.h, hd.g);
+  __syncthreads();
+  return scale2;
+}
+
+template <int D>
+__global__ void __launch_bounds__(kRegThreads) lse_kernel(Problem p, int tiles_per_block) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int g = static_cast<int>(p.slices);
+  const RegPlan pl = make_reg_plan(D, g, false);
+  Head hd{blockIdx.y / p.heads, blockIdx.y % p.heads, blockIdx.y, p.points, p.heads, D, g};
+  const float scale2 = reg_setup<D>(pl, smem, p, hd, nullptr);
+  const bf16* ws = at<bf16>(smem, pl.ws);
+  const float* bias2 = at<float>(smem, pl.bias);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t tiles = (p.points + kRowTile - 1) / kRowTile;
+  const int64_t t0 = int64_t(blockIdx.x) * tiles_per_block;
+  const int64_t t1 = imin(tiles, t0 + tiles_per_block);
+  for (int64_t t = t0 + warp; t < t1; t += kRegWarps) {
+    const PointTile<D> tile(p, hd, t, lane, false);
+    float m[2] = {-INFINITY, -INFINITY}, sum[2] = {0.f, 0.f};  // rows a, b
+    for (int s0 = 0; s0 < g; s0 += 16) {
+      float z[2][4];
+      tile.logits(ws, pl.ldk, bias2, scale2, s0, lane, z);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float cm =
+            fmaxf(fmaxf(z[0][2 * r], z[0][2 * r + 1]), fmaxf(z[1][2 * r], z[1][2 * r + 1]));
+        const float mn = fmaxf(m[r], cm);
+        sum[r] = sum[r] * exp2_approx(m[r] - mn) + exp2_approx(z[0][2 * r] - mn) +
+                 exp2_approx(z[0][2 * r + 1] - mn) + exp2_approx(z[1][2 * r] - mn) +
+                 exp2_approx(z[1][2 * r + 1] - mn);
+        m[r] = mn;
+      }
+    }
+    // The four lanes of a row hold its columns between them.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int o = 1; o < 4; o <<= 1) {
+        const float mo = __shfl_xor_sync(0xffffffffu, m[r], o);
+        const float so = __shfl_xor_sync(0xffffffffu, sum[r], o);
+        const float mn = fmaxf(m[r], mo);
+        sum[r] = sum[r] * exp2_approx(m[r] - mn) + so * exp2_approx(mo - mn);
+        m[r] = mn;
+      }
+    }
+    if (lane % 4 == 0) {
+      if (tile.va) p.lse[hd.bh * hd.n + tile.na] = (m[0] + __log2f(sum[0])) * kLn2;
+      if (tile.vb) p.lse[hd.bh * hd.n + tile.nb] = (m[1] + __log2f(sum[1])) * kLn2;
+    }
+  }
+}
+
+// Chunks of 16 slices a warp owns in reduce_kernel: q = warp + i W.
+constexpr int kOwnedChunks = (kMaxSlices / 16 + kRegWarps - 1) / kRegWarps;
+
+template <int D>
+__global__ void __launch_bounds__(kRegThreads)
+    reduce_kernel(Problem p, const bf16* __restrict__ y, float* __restrict__ acc_out,
+                  float* __restrict__ colsum_out, int tiles_per_block) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int g = static_cast<int>(p.slices);
+  const RegPlan pl = make_reg_plan(D, g, false);
+  Head hd{blockIdx.y / p.heads, blockIdx.y % p.heads, blockIdx.y, p.points, p.heads, D, g};
+  const float scale2 = reg_setup<D>(pl, smem, p, hd, nullptr);
+  const bf16* ws = at<bf16>(smem, pl.ws);
+  const float* bias2 = at<float>(smem, pl.bias);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int r0 = lane / 4, c0 = 2 * (lane % 4), chunks = g / 16;
+  float acc[kOwnedChunks][D / 8][4] = {};
+  float cs[kOwnedChunks][2][2] = {};  // slices 8 j + c0 + e, summed over the lane's rows
+  const int64_t tiles = (p.points + kRowTile - 1) / kRowTile;
+  const int64_t t0 = int64_t(blockIdx.x) * tiles_per_block;
+  const int64_t t1 = imin(tiles, t0 + tiles_per_block);
+  // y's rows of a tile as raw 8 x 8 blocks (points x D), one row pair a lane.
+  const auto read_y = [&](const PointTile<D>& tile, uint32_t(&raw)[D / 8][2]) {
+    const bf16* ya = y + hd.row(tile.va ? tile.na : 0);
+    const bf16* yb = y + hd.row(tile.vb ? tile.nb : 0);
+#pragma unroll
+    for (int db = 0; db < D / 8; ++db) {
+      raw[db][0] = tile.va ? load_u32(ya + 8 * db + c0) : 0u;
+      raw[db][1] = tile.vb ? load_u32(yb + 8 * db + c0) : 0u;
+    }
+  };
+  // Software-pipelined: the next tile's x, y and lse are read while this
+  // one is worked on.
+  PointTile<D> tile(p, hd, t0, lane, true);
+  uint32_t y_raw[D / 8][2];
+  read_y(tile, y_raw);
+  for (int64_t t = t0; t < t1; ++t) {
+    PointTile<D> next = tile;
+    uint32_t y_next[D / 8][2] = {};
+    if (t + 1 < t1) {
+      next = PointTile<D>(p, hd, t + 1, lane, true);
+      read_y(next, y_next);
+    }
+    // y as B fragments (k = points, n = D): the blocks transposed.
+    uint32_t yb[D / 8][2];
+#pragma unroll
+    for (int db = 0; db < D / 8; ++db) {
+      yb[db][0] = transpose8(y_raw[db][0]);
+      yb[db][1] = transpose8(y_raw[db][1]);
+    }
+#pragma unroll
+    for (int i = 0; i < kOwnedChunks; ++i) {
+      const int q = warp + i * kRegWarps;
+      if (q < chunks) {
+        float z[2][4], w[2][4];
+        tile.logits(ws, pl.ldk, bias2, scale2, 16 * q, lane, z);
+        tile.weights(z, w);
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          cs[i][j][0] += w[j][0] + w[j][2];
+          cs[i][j][1] += w[j][1] + w[j][3];
+        }
+        // The weights' 8 x 8 blocks (points x slices) -> W^T (slices x
+        // points) as an A fragment: blocks (0,0), (1,0), (0,1), (1,1) of W^T
+        // are the transposes of W's (0,0), (0,1), (1,0), (1,1).
+        const uint32_t wt[4] = {
+            transpose8(pack_bf16(w[0][0], w[0][1])), transpose8(pack_bf16(w[1][0], w[1][1])),
+            transpose8(pack_bf16(w[0][2], w[0][3])), transpose8(pack_bf16(w[1][2], w[1][3]))};
+#pragma unroll
+        for (int db = 0; db < D / 8; ++db) mma_16816(acc[i][db], wt, yb[db][0], yb[db][1]);
+      }
+    }
+    tile = next;
+#pragma unroll
+    for (int db = 0; db < D / 8; ++db) {
+      y_raw[db][0] = y_next[db][0];
+      y_raw[db][1] = y_next[db][1];
+    }
+  }
+  float* out = acc_out + hd.bh * int64_t(g) * D;
+#pragma unroll
+  for (int i = 0; i < kOwnedChunks; ++i) {
+    const int q = warp + i * kRegWarps;
+    if (q >= chunks) continue;
+#pragma unroll
+    for (int db = 0; db < D / 8; ++db) {
+      float* o = out + (16 * q + r0) * D + 8 * db + c0;
+      atomicAdd(o, acc[i][db][0]);
+      atomicAdd(o + 1, acc[i][db][1]);
+      atomicAdd(o + 8 * D, acc[i][db][2]);
+      atomicAdd(o + 8 * D + 1, acc[i][db][3]);
+    }
+    if (colsum_out != nullptr) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float v = cs[i][j][e];
+          v += __shfl_xor_sync(0xffffffffu, v, 4);
+          v += __shfl_xor_sync(0xffffffffu, v, 8);
+          v += __shfl_xor_sync(0xffffffffu, v, 16);
+          if (lane < 4) atomicAdd(colsum_out + hd.bh * g + 16 * q + 8 * j + c0 + e, v);
+        }
+      }
+    }
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kRegThreads)
     expand_kernel(Problem p, const bf16* __restrict__ z_in, bf16* __restrict__ out,
                   int tiles_per_block) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int g = static_cast<int>(p.slices);
-  const Plan pl = make_plan(Kind::kExpand, D, g, W);
+  const RegPlan pl = make_reg_plan(D, g, true);
   Head hd{blockIdx.y / p.heads, blockIdx.y % p.heads, blockIdx.y, p.points, p.heads, D, g};
-  bf16* ws = at<bf16>(smem, pl.ws);
-  float* bias2 = at<float>(smem, pl.bias);
-  bf16* xs = at<bf16>(smem, pl.x);
-  bf16* zs = at<bf16>(smem, pl.z);
-  float* logits = at<float>(smem, pl.logits);
-  bf16* ps = at<bf16>(smem, pl.p);
-  float* stage = at<float>(smem, pl.stage);
-  const bf16* x = static_cast<const bf16*>(p.x);
-  load_matrix<D, W>(ws, pl.ldk, static_cast<const bf16*>(p.ws), g);
-  load_matrix<D, W>(zs, pl.ldk, z_in + hd.bh * int64_t(g) * D, g);
-  const float scale2 = load_bias2<W>(bias2, p, hd.h, g);
-
-  const int64_t tiles = (p.points + kTile - 1) / kTile;
+  const float scale2 = reg_setup<D>(pl, smem, p, hd, z_in + hd.bh * int64_t(g) * D);
+  const bf16* ws = at<bf16>(smem, pl.ws);
+  const bf16* zt = at<bf16>(smem, pl.zt);
+  const float* bias2 = at<float>(smem, pl.bias);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int r0 = lane / 4, c0 = 2 * (lane % 4);
+  const int64_t tiles = (p.points + kRowTile - 1) / kRowTile;
   const int64_t t0 = int64_t(blockIdx.x) * tiles_per_block;
   const int64_t t1 = imin(tiles, t0 + tiles_per_block);
-  TileRows<D, W> x_next;
-  x_next.fetch(x, hd, t0 * kTile);
-  for (int64_t t = t0; t < t1; ++t) {
-    const int64_t n0 = t * kTile;
-    x_next.store(xs, pl.ldk);
-    __syncthreads();
-    if (t + 1 < t1) x_next.fetch(x, hd, n0 + kTile);
-    gemm_nt<D, W>(xs, ws, nullptr, nullptr, pl.ldk, logits, pl.ldf, g);
-    __syncthreads();
-    for_each_row<W>(logits, pl.ldf, bias2, scale2, g, hd, n0, p.lse, false,
-                    [&](int r, float*, const float*, const float* w, bool, int part) {
+  for (int64_t t = t0 + warp; t < t1; t += kRegWarps) {
+    const PointTile<D> tile(p, hd, t, lane, true);
+    float acc[D / 8][4] = {};
+    for (int s0 = 0; s0 < g; s0 += 16) {
+      float z[2][4], w[2][4];
+      tile.logits(ws, pl.ldk, bias2, scale2, s0, lane, z);
+      tile.weights(z, w);
+      // The weights as an A fragment (points x slices): blocks (0,0), (1,0),
+      // (0,1), (1,1).
+      const uint32_t pw[4] = {pack_bf16(w[0][0], w[0][1]), pack_bf16(w[0][2], w[0][3]),
+                              pack_bf16(w[1][0], w[1][1]), pack_bf16(w[1][2], w[1][3])};
 #pragma unroll
-                      for (int j = 0; j < Cfg<W>::kQuads; ++j) {
-                        const int c = row_col<W>(part, 4 * j);
-                        if (c >= g) break;
-                        const float* q = w + 4 * j;
-                        store_bf16x4(ps + r * pl.ldg + c, q[0], q[1], q[2], q[3]);
-                      }
-                    });
-    const auto emit = [&](int r, int d, float4 v) {
-      if (n0 + r < hd.n) store_bf16x4(out + hd.row(n0 + r) + d, v.x, v.y, v.z, v.w);
-    };
-    gemm_nn_points<D, W>(ps, zs, emit, nullptr, nullptr, emit, pl.ldg, pl.ldk, g, stage);
+      for (int dt = 0; dt < D / 8; ++dt) {
+        const bf16* zrow = zt + (8 * dt + r0) * pl.ldg + s0 + c0;
+        mma_16816(acc[dt], pw, load_u32(zrow), load_u32(zrow + 8));
+      }
+    }
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      const int d = 8 * dt + c0;
+      if (tile.va) {
+        *reinterpret_cast<uint32_t*>(out + hd.row(tile.na) + d) = pack_bf16(acc[dt][0], acc[dt][1]);
+      }
+      if (tile.vb) {
+        *reinterpret_cast<uint32_t*>(out + hd.row(tile.nb) + d) = pack_bf16(acc[dt][2], acc[dt][3]);
+      }
+    }
   }
 }
 
@@ -584,7 +820,7 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads, 1)
                     int tiles_per_block) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int g = static_cast<int>(p.slices);
-  const Plan pl = make_plan(Kind::kBackward, D, g, W);
+  const Plan pl = make_plan(D, g, W);
   Head hd{blockIdx.y / p.heads, blockIdx.y % p.heads, blockIdx.y, p.points, p.heads, D, g};
   bf16* ws = at<bf16>(smem, pl.ws);
   float* bias2 = at<float>(smem, pl.bias);
@@ -634,43 +870,43 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads, 1)
     // dL/dw from the deslice (gout os^T) and from the slice sums (fx gs^T).
     gemm_nt<D, W>(gos, oss, fxs, gss, pl.ldk, dw, pl.ldf, g);
     __syncthreads();
-    for_each_row<W>(
-        logits, pl.ldf, bias2, scale2, g, hd, n0, p.lse, false,
-        [&](int r, float*, const float* z, const float* w, bool, int part) {
-          const float* drow = dw + r * pl.ldf;
-          float dl[Cfg<W>::kPerThread];
-          float dot = 0.0f;
+    for_each_row<W>(logits, pl.ldf, bias2, scale2, g, hd, n0, p.lse, false,
+                    [&](int r, float*, const float* z, const float* w, bool, int part) {
+                      const float* drow = dw + r * pl.ldf;
+                      float dl[Cfg<W>::kPerThread];
+                      float dot = 0.0f;
 #pragma unroll
-          for (int j = 0; j < Cfg<W>::kQuads; ++j) {
-            const int c = row_col<W>(part, 4 * j);
-            float4 d4 = make_float4(0.f, 0.f, 0.f, 0.f), n4 = d4;
-            if (c < g) {
-              d4 = *reinterpret_cast<const float4*>(drow + c);
-              n4 = *reinterpret_cast<const float4*>(gnorm + c);
-            }
-            dl[4 * j] = d4.x + n4.x;
-            dl[4 * j + 1] = d4.y + n4.y;
-            dl[4 * j + 2] = d4.z + n4.z;
-            dl[4 * j + 3] = d4.w + n4.w;
+                      for (int j = 0; j < Cfg<W>::kQuads; ++j) {
+                        const int c = row_col<W>(part, 4 * j);
+                        float4 d4 = make_float4(0.f, 0.f, 0.f, 0.f), n4 = d4;
+                        if (c < g) {
+                          d4 = *reinterpret_cast<const float4*>(drow + c);
+                          n4 = *reinterpret_cast<const float4*>(gnorm + c);
+                        }
+                        dl[4 * j] = d4.x + n4.x;
+                        dl[4 * j + 1] = d4.y + n4.y;
+                        dl[4 * j + 2] = d4.z + n4.z;
+                        dl[4 * j + 3] = d4.w + n4.w;
 #pragma unroll
-            for (int e = 0; e < 4; ++e) dot += w[4 * j + e] * dl[4 * j + e];
-          }
-          dot = row_sum<Cfg<W>::kRowThreads>(dot);
+                        for (int e = 0; e < 4; ++e) dot += w[4 * j + e] * dl[4 * j + e];
+                      }
+                      dot = row_sum<Cfg<W>::kRowThreads>(dot);
 #pragma unroll
-          for (int j = 0; j < Cfg<W>::kQuads; ++j) {
-            const int c = row_col<W>(part, 4 * j);
-            if (c >= g) break;
-            float gl[4];
+                      for (int j = 0; j < Cfg<W>::kQuads; ++j) {
+                        const int c = row_col<W>(part, 4 * j);
+                        if (c >= g) break;
+                        float gl[4];
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const float gz = w[4 * j + e] * (dl[4 * j + e] - dot);
-              tau_sum += gz * z[4 * j + e];
-              gl[e] = gz * inv_tau;  // dL/dlogits
-            }
-            store_bf16x4(ps + r * pl.ldg + c, w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]);
-            store_bf16x4(pgs + r * pl.ldg + c, gl[0], gl[1], gl[2], gl[3]);
-          }
-        });
+                        for (int e = 0; e < 4; ++e) {
+                          const float gz = w[4 * j + e] * (dl[4 * j + e] - dot);
+                          tau_sum += gz * z[4 * j + e];
+                          gl[e] = gz * inv_tau;  // dL/dlogits
+                        }
+                        store_bf16x4(ps + r * pl.ldg + c, w[4 * j], w[4 * j + 1], w[4 * j + 2],
+                                     w[4 * j + 3]);
+                        store_bf16x4(pgs + r * pl.ldg + c, gl[0], gl[1], gl[2], gl[3]);
+                      }
+                    });
     __syncthreads();
     bias_sum.add(pgs, pl.ldg, g);
     sums.add(pgs, pl.ldg, xs, pl.ldk, g);
@@ -710,7 +946,8 @@ int sm_count() {
 // One wave: at most as many blocks as fit on the device at once, each
 // taking an equal run of tiles of its (batch, head).
 template <typename Kernel>
-dim3 launch_grid(Kernel kernel, int threads, size_t smem, const Problem& p, int* tiles_per_block) {
+dim3 launch_grid(Kernel kernel, int threads, size_t smem, const Problem& p, int* tiles_per_block,
+                 int tile = kTile) {
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(smem)) != cudaSuccess) {
     check_launch("cudaFuncSetAttribute");
@@ -719,7 +956,7 @@ dim3 launch_grid(Kernel kernel, int threads, size_t smem, const Problem& p, int*
   cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
   if (per_sm < 1) per_sm = 1;
   const int64_t heads = p.batch * p.heads;
-  const int64_t tiles = (p.points + kTile - 1) / kTile;
+  const int64_t tiles = (p.points + tile - 1) / tile;
   // Rounded down: a block past the wave would double the kernel's time.
   int64_t chunks = int64_t(sm_count()) * per_sm / heads;
   chunks = std::max<int64_t>(1, std::min(chunks, tiles));
@@ -738,24 +975,30 @@ void check_problem(const Problem& p) {
 
 template <int D>
 void reduce_d(const Problem& p, const void* y, float* acc, float* colsum, bool compute_lse) {
-  constexpr int threads = Cfg<kForwardWarps>::kThreads;
-  const size_t smem = make_plan(Kind::kReduce, D, static_cast<int>(p.slices), kForwardWarps).bytes;
   if (p.points == 0) return;
+  const int g = static_cast<int>(p.slices);
+  const auto stream = static_cast<cudaStream_t>(p.stream);
+  const size_t smem = make_reg_plan(D, g, false).bytes;
   int per = 0;
-  const dim3 grid = launch_grid(reduce_kernel<D>, threads, smem, p, &per);
-  reduce_kernel<D><<<grid, threads, smem, static_cast<cudaStream_t>(p.stream)>>>(
-      p, static_cast<const bf16*>(y), acc, colsum, compute_lse, per);
+  if (compute_lse) {
+    const dim3 grid = launch_grid(lse_kernel<D>, kRegThreads, smem, p, &per, kRowTile);
+    lse_kernel<D><<<grid, kRegThreads, smem, stream>>>(p, per);
+    check_launch("lse");
+  }
+  // Every warp of a reduce block walks all of the block's tiles.
+  const dim3 grid = launch_grid(reduce_kernel<D>, kRegThreads, smem, p, &per, kRowTile);
+  reduce_kernel<D>
+      <<<grid, kRegThreads, smem, stream>>>(p, static_cast<const bf16*>(y), acc, colsum, per);
   check_launch("reduce");
 }
 
 template <int D>
 void expand_d(const Problem& p, const void* z, void* out) {
-  constexpr int threads = Cfg<kForwardWarps>::kThreads;
-  const size_t smem = make_plan(Kind::kExpand, D, static_cast<int>(p.slices), kForwardWarps).bytes;
   if (p.points == 0) return;
+  const size_t smem = make_reg_plan(D, static_cast<int>(p.slices), true).bytes;
   int per = 0;
-  const dim3 grid = launch_grid(expand_kernel<D>, threads, smem, p, &per);
-  expand_kernel<D><<<grid, threads, smem, static_cast<cudaStream_t>(p.stream)>>>(
+  const dim3 grid = launch_grid(expand_kernel<D>, kRegThreads, smem, p, &per, kRowTile);
+  expand_kernel<D><<<grid, kRegThreads, smem, static_cast<cudaStream_t>(p.stream)>>>(
       p, static_cast<const bf16*>(z), static_cast<bf16*>(out), per);
   check_launch("expand");
 }
@@ -765,8 +1008,7 @@ void backward_d(const Problem& p, const void* fx, const void* gout, const void* 
                 const float* gnorm, void* grad_x, void* grad_fx, float* grad_ws, float* grad_bias,
                 float* tau_acc) {
   constexpr int threads = Cfg<kBackwardWarps>::kThreads;
-  const size_t smem =
-      make_plan(Kind::kBackward, D, static_cast<int>(p.slices), kBackwardWarps).bytes;
+  const size_t smem = make_plan(D, static_cast<int>(p.slices), kBackwardWarps).bytes;
   if (p.points == 0) return;
   int per = 0;
   const dim3 grid = launch_grid(backward_kernel<D>, threads, smem, p, &per);

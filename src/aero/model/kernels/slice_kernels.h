@@ -7,8 +7,9 @@
 // temperature:
 //   z[n,g]  = (x[n,:] . ws[g,:] + bias[g]) / tau_h          (slice logits)
 //   lse[n]  = log sum_g exp(z[n,g]);   w[n,g] = exp(z[n,g] - lse[n])
-// No kernel stores w: each recomputes it from x and the per-point lse, one
-// tile of 32 points at a time, in shared memory.
+// No kernel stores w: each recomputes it from x and the per-point lse, tile
+// by tile (in registers in the forward kernels, in shared memory in the
+// backward).
 //
 // Layouts (all contiguous, row-major): x, y, fx, gout, out, grad_x, grad_fx:
 // (B, N, H, D) bf16; ws: (G, D) bf16; bias: (G) fp32; tau: (H) fp32;
@@ -25,12 +26,12 @@ namespace slipstream::aero::slice_kernels {
 
 struct Problem {
   int64_t batch = 1, points = 0, heads = 0, dim = 0, slices = 0;
-  const void* x = nullptr;     // (B, N, H, D) bf16
-  const void* ws = nullptr;    // (G, D) bf16
-  const float* bias = nullptr; // (G)
-  const float* tau = nullptr;  // (H), already clamped
-  float* lse = nullptr;        // (B, H, N)
-  void* stream = nullptr;      // cudaStream_t
+  const void* x = nullptr;      // (B, N, H, D) bf16
+  const void* ws = nullptr;     // (G, D) bf16
+  const float* bias = nullptr;  // (G)
+  const float* tau = nullptr;   // (H), already clamped
+  float* lse = nullptr;         // (B, H, N)
+  void* stream = nullptr;       // cudaStream_t
 };
 
 // True when the kernels handle this head size and slice count
@@ -51,8 +52,8 @@ void expand(const Problem& p, const void* z, void* out);
 // dL/d(sum_n w), it forms dL/dw = gout os^T + fx gs^T + gnorm, the softmax
 // backward, and writes grad_x, grad_fx, adds to grad_ws, grad_bias and
 // tau_acc[h] += sum (dL/dz) * z (the caller turns it into dL/dtau).
-void backward(const Problem& p, const void* fx, const void* gout, const void* os,
-              const void* gs, const float* gnorm, void* grad_x, void* grad_fx, float* grad_ws,
-              float* grad_bias, float* tau_acc);
+void backward(const Problem& p, const void* fx, const void* gout, const void* os, const void* gs,
+              const float* gnorm, void* grad_x, void* grad_fx, float* grad_ws, float* grad_bias,
+              float* tau_acc);
 
 }  // namespace slipstream::aero::slice_kernels
