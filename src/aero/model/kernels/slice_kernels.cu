@@ -1,21 +1,15 @@
 // The slice kernels of physics attention: see slice_kernels.h for the maths
 // and layouts. Every kernel owns one (batch, head) per block and a run of
-// point tiles, and recomputes the points x slices weights from x instead of
-// reading them; they never reach global memory.
-//
-// The forward kernels (lse, reduce, expand) keep the weights in registers:
-// mma.sync m16n8k16 products whose accumulators are turned into weights in
-// place and fed back as the next product's operand (see "the forward
-// kernels" below). The backward kernel works on 32-point tiles through
-// shared memory: WMMA products (bf16 in, fp32 accumulate) write the tile's
-// logits and weight gradients there, a row pass (8-16 threads a row) does
-// the softmax backward, and further products form grad_x, grad_fx and the
-// sums over points for grad_ws.
+// 16-point tiles, and recomputes the points x slices weights from x instead
+// of reading them; they never reach global memory. All of them keep the
+// weights in registers: mma.sync m16n8k16 products whose accumulators are
+// turned into weights in place and fed back as the next product's operand,
+// with no shared memory written and no barrier crossed in the point loop
+// (see "the forward kernels" and "the backward kernel" below).
 #include "aero/model/kernels/slice_kernels.h"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
-#include <mma.h>
 
 #include <algorithm>
 #include <stdexcept>
@@ -25,127 +19,15 @@ namespace slipstream::aero::slice_kernels {
 namespace {
 
 using bf16 = __nv_bfloat16;
-namespace wmma = nvcuda::wmma;
 
-constexpr int kTile = 32;  // points per tile
 constexpr int kMaxSlices = 256;
-// A block of W warps. The row passes give each of a tile's point rows
-// Cfg<W>::kThreads / kTile threads of one warp, each holding every Cfg<W>::kRowThreads-th
-// slice value of the row in registers. The forward kernels run 8 warps (two
-// blocks fit on a multiprocessor), the backward 16 (only one fits: its
-// shared memory), so that each multiprocessor has 16 warps to switch among.
-template <int W>
-struct Cfg {
-  static constexpr int kWarps = W;
-  static constexpr int kThreads = 32 * W;
-  static constexpr int kRowThreads = kThreads / kTile;
-  static constexpr int kPerThread = kMaxSlices / kRowThreads;
-  static constexpr int kQuads = kPerThread / 4;  // a thread's columns come in runs of 4
-  static_assert(kRowThreads == 8 || kRowThreads == 16, "a row's threads must share a warp");
-};
 
-// Column of a thread's q-th value in a row: runs of 4 adjacent columns, so
-// that rows move through shared memory as float4 and 4 x bf16.
-template <int W>
-__device__ inline int row_col(int part, int q) {
-  return 4 * part + 4 * Cfg<W>::kRowThreads * (q / 4) + q % 4;
-}
-
-__device__ inline void store_bf16x4(bf16* dst, float a, float b, float c, float d) {
-  union {
-    __nv_bfloat162 h[2];
-    uint2 u;
-  } v;
-  v.h[0] = __floats2bfloat162_rn(a, b);
-  v.h[1] = __floats2bfloat162_rn(c, d);
-  *reinterpret_cast<uint2*>(dst) = v.u;
-}
-
-// Sums over a tile's rows of a (kTile x G) bf16 matrix in shared memory (the
-// weights or their gradient as the products use them), per column, in fp32
-// registers across tiles: each thread owns 4 adjacent columns and every
-// (kThreads / 64)-th row.
-template <int W>
-struct ColumnSum {
-  static constexpr int kRowGroups = Cfg<W>::kThreads / 64;
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-
-  __device__ void add(const bf16* m, int ld, int g) {
-    const int q = threadIdx.x % 64, rg = threadIdx.x / 64;
-    if (4 * q >= g) return;
-    for (int r = rg; r < kTile; r += kRowGroups) {
-      union {
-        uint2 u;
-        __nv_bfloat162 h[2];
-      } v;
-      v.u = *reinterpret_cast<const uint2*>(m + r * ld + 4 * q);
-      const float2 lo = __bfloat1622float2(v.h[0]), hi = __bfloat1622float2(v.h[1]);
-      acc.x += lo.x;
-      acc.y += lo.y;
-      acc.z += hi.x;
-      acc.w += hi.y;
-    }
-  }
-
-  __device__ void flush(float* out, int g) const {
-    const int q = threadIdx.x % 64;
-    if (4 * q >= g) return;
-    atomicAdd(out + 4 * q, acc.x);
-    atomicAdd(out + 4 * q + 1, acc.y);
-    atomicAdd(out + 4 * q + 2, acc.z);
-    atomicAdd(out + 4 * q + 3, acc.w);
-  }
-};
-constexpr int kBackwardWarps = 16;
-
-using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>;
-using FragAt = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::col_major>;
-using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>;
-using FragBt = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major>;
-using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
-
-// The backward kernel's shared-memory layout, the same on host (for the
+// Shared-memory carving: 128-byte aligned pieces, the same on host (for the
 // launch size) and device.
-// Rows of D bf16 are padded to D + 8, rows of G bf16 to G + 8 and rows of G
-// floats to G + 8, which keeps WMMA's alignment and spreads the banks.
-struct Plan {
-  int ldk, ldg, ldf;
-  size_t ws, bias, gnorm, x, y, go, z, z2, logits, dw, p, pg, stage, bytes;
-};
-
 __host__ __device__ inline size_t take(size_t& off, size_t n) {
   const size_t at = (off + 127) / 128 * 128;
   off = at + n;
   return at;
-}
-
-__host__ __device__ inline Plan make_plan(int d, int g, int warps) {
-  Plan pl{};
-  pl.ldk = d + 8;
-  pl.ldg = g + 8;
-  pl.ldf = g + 8;
-  size_t off = 0;
-  const size_t mat = size_t(g) * pl.ldk * sizeof(bf16);
-  const size_t rows = size_t(kTile) * pl.ldk * sizeof(bf16);
-  const size_t f32 = size_t(kTile) * pl.ldf * sizeof(float);
-  pl.ws = take(off, mat);
-  pl.bias = take(off, g * sizeof(float));
-  pl.x = take(off, rows);
-  pl.gnorm = take(off, g * sizeof(float));
-  pl.y = take(off, rows);
-  pl.go = take(off, rows);
-  pl.z = take(off, mat);
-  pl.z2 = take(off, mat);
-  pl.dw = take(off, f32);
-  pl.logits = take(off, f32);
-  pl.p = take(off, size_t(kTile) * pl.ldg * sizeof(bf16));
-  pl.pg = take(off, size_t(kTile) * pl.ldg * sizeof(bf16));
-  // Partial 16 x 16 output tiles of the two point products ((kTile/16) x
-  // (D/16) tiles each), at least one per warp.
-  const int out_tiles = 2 * (kTile / 16) * (d / 16);
-  pl.stage = take(off, size_t(out_tiles > warps ? out_tiles : warps) * 256 * sizeof(float));
-  pl.bytes = off;
-  return pl;
 }
 
 template <typename T>
@@ -171,21 +53,6 @@ __device__ inline float warp_sum(float v) {
   return v;
 }
 
-// Over the aligned lanes of a row group (`lanes` of them).
-template <int lanes>
-__device__ inline float row_sum(float v) {
-#pragma unroll
-  for (int o = lanes / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-template <int lanes>
-__device__ inline float row_max(float v) {
-#pragma unroll
-  for (int o = lanes / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
 // The per-(batch, head) context of a block.
 struct Head {
   int64_t b, h, bh, n, heads;
@@ -208,257 +75,13 @@ __device__ inline void load_rows(bf16* dst, int ldk, const bf16* src, int rows, 
   }
 }
 
-// One tile's rows of a (B, N, H, D) tensor, read from global memory into
-// registers a tile ahead (fetch), then written to shared memory (store):
-// the read's latency hides behind the current tile's work. A tile is at
-// most one 16-byte piece per thread (kTile * D / 8 <= 32 * W).
-template <int D, int W>
-struct TileRows {
-  static constexpr int kPieces = D / 8;
-  static_assert(kTile * kPieces <= Cfg<W>::kThreads, "one piece per thread");
-  uint4 v;
-
-  __device__ void fetch(const bf16* src, const Head& hd, int64_t n0) {
-    const int i = threadIdx.x, r = i / kPieces, c = i % kPieces;
-    v = make_uint4(0, 0, 0, 0);
-    if (i < kTile * kPieces && n0 + r < hd.n) {
-      v = *reinterpret_cast<const uint4*>(src + hd.row(n0 + r) + c * 8);
-    }
-  }
-
-  __device__ void store(bf16* dst, int ldk) const {
-    const int i = threadIdx.x, r = i / kPieces, c = i % kPieces;
-    if (i < kTile * kPieces) *reinterpret_cast<uint4*>(dst + r * ldk + c * 8) = v;
-  }
-};
-
 // A (G, D) matrix, contiguous, into shared memory with pitch ldk.
 template <int D, int W>
 __device__ inline void load_matrix(bf16* dst, int ldk, const bf16* src, int g) {
   load_rows<D, W>(dst, ldk, src, g, g, [](int r) { return int64_t(r) * D; });
 }
 
-// C (kTile x G, fp32, ldc) = A (kTile x D) B^T, with B given as (G x D); and
-// plus A2 B2^T when A2 is given. Each warp takes whole columns of 16 x 16
-// output tiles: it loads its B fragments once and each row tile's A
-// fragments once, for all of its columns.
-template <int D, int W>
-__device__ inline void gemm_nt(const bf16* a, const bf16* bt, const bf16* a2, const bf16* bt2,
-                               int ldk, float* c, int ldc, int g) {
-  constexpr int kK = D / 16, kCols = (kMaxSlices / 16 + W - 1) / W;
-  const int warp = threadIdx.x / 32, col_tiles = g / 16;
-  const bool two = a2 != nullptr;
-  FragBt fb[kCols][kK], fb2[kCols][kK];
-#pragma unroll
-  for (int i = 0; i < kCols; ++i) {
-    const int nt = warp + i * W;
-    if (nt >= col_tiles) break;
-#pragma unroll
-    for (int k = 0; k < kK; ++k) {
-      wmma::load_matrix_sync(fb[i][k], bt + nt * 16 * ldk + k * 16, ldk);
-      if (two) wmma::load_matrix_sync(fb2[i][k], bt2 + nt * 16 * ldk + k * 16, ldk);
-    }
-  }
-#pragma unroll
-  for (int mt = 0; mt < kTile / 16; ++mt) {
-    FragA fa[kK], fa2[kK];
-#pragma unroll
-    for (int k = 0; k < kK; ++k) {
-      wmma::load_matrix_sync(fa[k], a + mt * 16 * ldk + k * 16, ldk);
-      if (two) wmma::load_matrix_sync(fa2[k], a2 + mt * 16 * ldk + k * 16, ldk);
-    }
-#pragma unroll
-    for (int i = 0; i < kCols; ++i) {
-      const int nt = warp + i * W;
-      if (nt >= col_tiles) break;
-      FragC acc;
-      wmma::fill_fragment(acc, 0.0f);
-#pragma unroll
-      for (int k = 0; k < kK; ++k) {
-        wmma::mma_sync(acc, fa[k], fb[i][k], acc);
-        if (two) wmma::mma_sync(acc, fa2[k], fb2[i][k], acc);
-      }
-      wmma::store_matrix_sync(c + mt * 16 * ldc + nt * 16, acc, ldc, wmma::mem_row_major);
-    }
-  }
-}
-
-// out(r, d) for one or two kTile x D products A (kTile x G, lda) B (G x D,
-// ldk): the products' 16 x 16 output tiles are dealt to the warps, split
-// along G when there are fewer tiles than warps, the partial tiles summed
-// through `stage`, and emit_i(r, d, values) called once per run of 4
-// elements (d a multiple of 4) of product i. Syncs the block first (so A and B written by other
-// threads are seen), between, and after (so the stage and the inputs may be reused).
-template <int D, int W, typename Emit0, typename Emit1>
-__device__ inline void gemm_nn_points(const bf16* a0, const bf16* b0, Emit0 emit0, const bf16* a1,
-                                      const bf16* b1, Emit1 emit1, int lda, int ldk, int g,
-                                      float* stage) {
-  constexpr int kPerProduct = (kTile / 16) * (D / 16);
-  const int products = a1 != nullptr ? 2 : 1;
-  const int tiles = products * kPerProduct;
-  const int splits = tiles < Cfg<W>::kWarps ? Cfg<W>::kWarps / tiles : 1;
-  const int warp = threadIdx.x / 32, ksteps = g / 16;
-  __syncthreads();
-  for (int slot = warp; slot < tiles * splits; slot += Cfg<W>::kWarps) {
-    const int tile = slot % tiles, s = slot / tiles;
-    const int prod = tile / kPerProduct, f = tile % kPerProduct;
-    const bf16* a = prod == 0 ? a0 : a1;
-    const bf16* b = prod == 0 ? b0 : b1;
-    const int mt = f / (D / 16), nt = f % (D / 16);
-    const int k0 = s * ksteps / splits, k1 = (s + 1) * ksteps / splits;
-    // Two accumulators (even and odd k): two independent MMA chains.
-    FragC acc, acc2;
-    wmma::fill_fragment(acc, 0.0f);
-    wmma::fill_fragment(acc2, 0.0f);
-    const bf16* ak = a + mt * 16 * lda;
-    const bf16* bk = b + nt * 16;
-    int k = k0;
-    for (; k + 1 < k1; k += 2) {
-      FragA fa, fa2;
-      FragB fb, fb2;
-      wmma::load_matrix_sync(fa, ak + k * 16, lda);
-      wmma::load_matrix_sync(fb, bk + k * 16 * ldk, ldk);
-      wmma::load_matrix_sync(fa2, ak + (k + 1) * 16, lda);
-      wmma::load_matrix_sync(fb2, bk + (k + 1) * 16 * ldk, ldk);
-      wmma::mma_sync(acc, fa, fb, acc);
-      wmma::mma_sync(acc2, fa2, fb2, acc2);
-    }
-    if (k < k1) {
-      FragA fa;
-      FragB fb;
-      wmma::load_matrix_sync(fa, ak + k * 16, lda);
-      wmma::load_matrix_sync(fb, bk + k * 16 * ldk, ldk);
-      wmma::mma_sync(acc, fa, fb, acc);
-    }
-#pragma unroll
-    for (int i = 0; i < acc.num_elements; ++i) acc.x[i] += acc2.x[i];
-    wmma::store_matrix_sync(stage + slot * 256, acc, 16, wmma::mem_row_major);
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e < products * kTile * D / 4; e += Cfg<W>::kThreads) {
-    const int prod = e / (kTile * D / 4), r = (e / (D / 4)) % kTile, d = 4 * (e % (D / 4));
-    const int tile = prod * kPerProduct + (r / 16) * (D / 16) + d / 16;
-    const int inner = (r % 16) * 16 + d % 16;
-    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int si = 0; si < splits; ++si) {
-      const float4 q = *reinterpret_cast<const float4*>(stage + (tile + si * tiles) * 256 + inner);
-      v.x += q.x;
-      v.y += q.y;
-      v.z += q.z;
-      v.w += q.w;
-    }
-    if (prod == 0) {
-      emit0(r, d, v);
-    } else {
-      emit1(r, d, v);
-    }
-  }
-  __syncthreads();
-}
-
-// Register-held sums over points of A^T Y, A (kTile x G, lda), Y (kTile x D,
-// ldk), giving G x D: the tiles are dealt to the warps round-robin.
-template <int D, int W>
-struct PointSum {
-  static constexpr int kTilesPerWarp = (kMaxSlices / 16) * (D / 16) / Cfg<W>::kWarps;
-  FragC acc[kTilesPerWarp];
-
-  __device__ void zero() {
-#pragma unroll
-    for (int i = 0; i < kTilesPerWarp; ++i) wmma::fill_fragment(acc[i], 0.0f);
-  }
-
-  __device__ void add(const bf16* a, int lda, const bf16* y, int ldk, int g) {
-    const int warp = threadIdx.x / 32, tiles = (g / 16) * (D / 16);
-#pragma unroll
-    for (int i = 0; i < kTilesPerWarp; ++i) {
-      const int t = warp + i * Cfg<W>::kWarps;
-      if (t >= tiles) break;
-      const int gt = t / (D / 16), dt = t % (D / 16);
-#pragma unroll
-      for (int k = 0; k < kTile; k += 16) {
-        FragAt fa;
-        FragB fb;
-        wmma::load_matrix_sync(fa, a + k * lda + gt * 16, lda);
-        wmma::load_matrix_sync(fb, y + k * ldk + dt * 16, ldk);
-        wmma::mma_sync(acc[i], fa, fb, acc[i]);
-      }
-    }
-  }
-
-  // out (G x D, fp32, global) += the sums, through this warp's 16 x 16 stage.
-  __device__ void flush(float* out, int g, float* stage) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, tiles = (g / 16) * (D / 16);
-    float* mine = stage + warp * 256;
-#pragma unroll
-    for (int i = 0; i < kTilesPerWarp; ++i) {
-      const int t = warp + i * Cfg<W>::kWarps;
-      if (t >= tiles) break;
-      const int gt = t / (D / 16), dt = t % (D / 16);
-      wmma::store_matrix_sync(mine, acc[i], 16, wmma::mem_row_major);
-      __syncwarp();
-      for (int e = lane; e < 256; e += 32) {
-        atomicAdd(out + (gt * 16 + e / 16) * D + dt * 16 + e % 16, mine[e]);
-      }
-      __syncwarp();
-    }
-  }
-};
-
-// Each point row of a tile's logits as z2 = (logit + bias) log2(e) / tau
-// (bias2 holds bias log2(e) / tau, scale2 is log2(e) / tau), with the
-// row's lse (computed and written, or read) and the slice weights
-// w = exp(z - lse), zero for rows past the end. Thread `part` of the row's
-// kRowThreads holds its columns (row_col) in registers; `body(r, row, z2,
-// w, valid, part)` sees them.
-template <int W, typename Body>
-__device__ inline void for_each_row(float* logits, int ldf, const float* bias2, float scale2, int g,
-                                    const Head& hd, int64_t n0, float* lse, bool compute_lse,
-                                    Body body) {
-  const int r = threadIdx.x / Cfg<W>::kRowThreads, part = threadIdx.x % Cfg<W>::kRowThreads;
-  const int64_t n = n0 + r;
-  const bool valid = n < hd.n;
-  float* row = logits + r * ldf;
-  float z[Cfg<W>::kPerThread], w[Cfg<W>::kPerThread];
-  float m = -INFINITY;
-#pragma unroll
-  for (int j = 0; j < Cfg<W>::kQuads; ++j) {
-    const int c = row_col<W>(part, 4 * j);
-    if (c < g) {
-      const float4 v = *reinterpret_cast<const float4*>(row + c);
-      const float4 b = *reinterpret_cast<const float4*>(bias2 + c);
-      z[4 * j] = fmaf(v.x, scale2, b.x);
-      z[4 * j + 1] = fmaf(v.y, scale2, b.y);
-      z[4 * j + 2] = fmaf(v.z, scale2, b.z);
-      z[4 * j + 3] = fmaf(v.w, scale2, b.w);
-    } else {
-      z[4 * j] = z[4 * j + 1] = z[4 * j + 2] = z[4 * j + 3] = -INFINITY;
-    }
-    m = fmaxf(m, fmaxf(fmaxf(z[4 * j], z[4 * j + 1]), fmaxf(z[4 * j + 2], z[4 * j + 3])));
-  }
-  if (compute_lse) {
-    // One exponential per weight: w = exp2(z2 - max) / sum.
-    m = row_max<Cfg<W>::kRowThreads>(m);
-    float s = 0.0f;
-#pragma unroll
-    for (int j = 0; j < Cfg<W>::kPerThread; ++j) {
-      w[j] = exp2_approx(z[j] - m);
-      s += w[j];
-    }
-    s = row_sum<Cfg<W>::kRowThreads>(s);
-    const float inv = valid ? 1.0f / s : 0.0f;
-#pragma unroll
-    for (int j = 0; j < Cfg<W>::kPerThread; ++j) w[j] *= inv;
-    if (valid && part == 0) lse[hd.bh * hd.n + n] = (m + __log2f(s)) * kLn2;
-  } else {
-    const float l2 = valid ? lse[hd.bh * hd.n + n] * kLog2e : 0.0f;
-#pragma unroll
-    for (int j = 0; j < Cfg<W>::kPerThread; ++j) w[j] = valid ? exp2_approx(z[j] - l2) : 0.0f;
-  }
-  body(r, row, z, w, valid, part);
-}
-
-// Shared-memory bias2 = bias log2(e) / tau for for_each_row; returns scale2.
+// Shared-memory bias2 = bias log2(e) / tau; returns scale2 = log2(e) / tau.
 template <int W>
 __device__ inline float load_bias2(float* bias2, const Problem& p, int h, int g) {
   const float scale2 = kLog2e / p.tau[h];
@@ -530,6 +153,22 @@ __host__ __device__ inline RegPlan make_reg_plan(int d, int g, bool with_z) {
 }
 
 // A warp's view of one 16-point tile: rows a = lane/4 and b = a + 8.
+// Rows na and nb = na + 8 (lane/4 and lane/4 + 8 of a 16-point tile) of a
+// (B, N, H, D) tensor as A fragments (k = D); zero for rows past the end.
+template <int D>
+__device__ inline void read_a_frags(const bf16* base, const Head& hd, int64_t na, int64_t nb,
+                                    bool va, bool vb, int c0, uint32_t (&a)[D / 16][4]) {
+  const bf16* ra = base + hd.row(va ? na : 0);
+  const bf16* rb = base + hd.row(vb ? nb : 0);
+#pragma unroll
+  for (int k = 0; k < D / 16; ++k) {
+    a[k][0] = va ? load_u32(ra + 16 * k + c0) : 0u;
+    a[k][1] = vb ? load_u32(rb + 16 * k + c0) : 0u;
+    a[k][2] = va ? load_u32(ra + 16 * k + c0 + 8) : 0u;
+    a[k][3] = vb ? load_u32(rb + 16 * k + c0 + 8) : 0u;
+  }
+}
+
 template <int D>
 struct PointTile {
   int64_t na, nb;
@@ -543,16 +182,7 @@ struct PointTile {
     nb = na + 8;
     va = na < hd.n;
     vb = nb < hd.n;
-    const bf16* x0 = static_cast<const bf16*>(p.x);
-    const bf16* xa = x0 + hd.row(va ? na : 0);
-    const bf16* xb = x0 + hd.row(vb ? nb : 0);
-#pragma unroll
-    for (int k = 0; k < D / 16; ++k) {
-      x[k][0] = va ? load_u32(xa + 16 * k + c0) : 0u;
-      x[k][1] = vb ? load_u32(xb + 16 * k + c0) : 0u;
-      x[k][2] = va ? load_u32(xa + 16 * k + c0 + 8) : 0u;
-      x[k][3] = vb ? load_u32(xb + 16 * k + c0 + 8) : 0u;
-    }
+    read_a_frags<D>(static_cast<const bf16*>(p.x), hd, na, nb, va, vb, c0, x);
     // Nothing here uses a loaded value: a tile can be read a step ahead.
     la = read_lse && va ? p.lse[hd.bh * hd.n + na] : 0.0f;
     lb = read_lse && vb ? p.lse[hd.bh * hd.n + nb] : 0.0f;
@@ -810,122 +440,249 @@ __global__ void __launch_bounds__(kRegThreads)
   }
 }
 
-template <int D, int W = kBackwardWarps>
-__global__ void __launch_bounds__(Cfg<W>::kThreads, 1)
+// ---- the backward kernel, also in registers ----
+//
+// Per 16-point tile a warp makes two passes over the chunks of 16 slices,
+// recomputing the logits and dL/dw = gout os^T + fx gs^T + gnorm each time:
+//   pass 1: the weights; dot = sum_g w dL/dw per point, grad_fx = w gs;
+//   pass 2: dL/dz = w (dL/dw - dot), grad_x = (dL/dz / tau) ws, tau's sum,
+//           and the sums over points for grad_ws and grad_bias: (dL/dz /
+//           tau)^T (slices x points, transposed with movmatrix) times x and
+//           a column of ones, added to block-wide fp32 sums in shared memory.
+// The B operands whose k runs over slices (ws and gs, stored slices x D)
+// come through ldmatrix.trans.
+
+__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+// B fragments (k = the 16 slices from s0, n = D in 8-wide tiles) of a
+// (G x D) matrix in shared memory with pitch ldk: b[dt][0..1].
+template <int D>
+__device__ inline void slice_b_frags(const bf16* m, int ldk, int s0, int lane,
+                                     uint32_t (&b)[D / 8][2]) {
+  const int blk = lane / 8, i = lane % 8;
+#pragma unroll
+  for (int dt = 0; dt < D / 8; dt += 2) {
+    uint32_t r[4];
+    ldmatrix_x4_trans(r, m + (s0 + 8 * (blk % 2) + i) * ldk + 8 * (dt + blk / 2));
+    b[dt][0] = r[0];
+    b[dt][1] = r[1];
+    b[dt + 1][0] = r[2];
+    b[dt + 1][1] = r[3];
+  }
+}
+
+constexpr int kBackWarps = 8;
+constexpr int kBackThreads = kBackWarps * 32;
+
+// ws, os, gs (G x D bf16, pitch D + 8), bias2, gnorm, and the block's fp32
+// sums for grad_ws (G x D, pitch D + 8) and grad_bias.
+struct BackPlan {
+  int ldk, ldw;
+  size_t ws, os, gs, bias, gnorm, gws, gbias, bytes;
+};
+
+__host__ __device__ inline BackPlan make_back_plan(int d, int g) {
+  BackPlan pl{};
+  pl.ldk = d + 8;
+  pl.ldw = d + 8;
+  size_t off = 0;
+  const size_t mat = size_t(g) * pl.ldk * sizeof(bf16);
+  pl.ws = take(off, mat);
+  pl.os = take(off, mat);
+  pl.gs = take(off, mat);
+  pl.bias = take(off, g * sizeof(float));
+  pl.gnorm = take(off, g * sizeof(float));
+  pl.gws = take(off, size_t(g) * pl.ldw * sizeof(float));
+  pl.gbias = take(off, g * sizeof(float));
+  pl.bytes = off;
+  return pl;
+}
+
+// The four A-fragment registers of a 16 x 16 block given as [j][0..3] (j
+// the 8-wide column tile; 0..1 row a, 2..3 row b), packed to bf16.
+__device__ inline void pack_a(const float (&v)[2][4], uint32_t (&a)[4]) {
+  a[0] = pack_bf16(v[0][0], v[0][1]);
+  a[1] = pack_bf16(v[0][2], v[0][3]);
+  a[2] = pack_bf16(v[1][0], v[1][1]);
+  a[3] = pack_bf16(v[1][2], v[1][3]);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kBackThreads, 2)
     backward_kernel(Problem p, const bf16* __restrict__ fx, const bf16* __restrict__ gout,
-                    const bf16* __restrict__ os, const bf16* __restrict__ gs,
+                    const bf16* __restrict__ os_in, const bf16* __restrict__ gs_in,
                     const float* __restrict__ gnorm_in, bf16* __restrict__ grad_x,
                     bf16* __restrict__ grad_fx, float* __restrict__ grad_ws,
                     float* __restrict__ grad_bias, float* __restrict__ tau_acc,
                     int tiles_per_block) {
   extern __shared__ __align__(128) unsigned char smem[];
+  constexpr int W = kBackWarps;
   const int g = static_cast<int>(p.slices);
-  const Plan pl = make_plan(D, g, W);
+  const BackPlan pl = make_back_plan(D, g);
   Head hd{blockIdx.y / p.heads, blockIdx.y % p.heads, blockIdx.y, p.points, p.heads, D, g};
   bf16* ws = at<bf16>(smem, pl.ws);
+  bf16* os = at<bf16>(smem, pl.os);
+  bf16* gs = at<bf16>(smem, pl.gs);
   float* bias2 = at<float>(smem, pl.bias);
   float* gnorm = at<float>(smem, pl.gnorm);
-  bf16* xs = at<bf16>(smem, pl.x);
-  bf16* fxs = at<bf16>(smem, pl.y);
-  bf16* gos = at<bf16>(smem, pl.go);
-  bf16* oss = at<bf16>(smem, pl.z);
-  bf16* gss = at<bf16>(smem, pl.z2);
-  float* logits = at<float>(smem, pl.logits);
-  float* dw = at<float>(smem, pl.dw);
-  bf16* ps = at<bf16>(smem, pl.p);
-  bf16* pgs = at<bf16>(smem, pl.pg);
-  float* stage = at<float>(smem, pl.stage);
-  const bf16* x = static_cast<const bf16*>(p.x);
+  float* gws = at<float>(smem, pl.gws);
+  float* gbias = at<float>(smem, pl.gbias);
   const int64_t mat = hd.bh * int64_t(g) * D;
   load_matrix<D, W>(ws, pl.ldk, static_cast<const bf16*>(p.ws), g);
-  load_matrix<D, W>(oss, pl.ldk, os + mat, g);
-  load_matrix<D, W>(gss, pl.ldk, gs + mat, g);
-  for (int i = threadIdx.x; i < g; i += Cfg<W>::kThreads) gnorm[i] = gnorm_in[hd.bh * g + i];
+  load_matrix<D, W>(os, pl.ldk, os_in + mat, g);
+  load_matrix<D, W>(gs, pl.ldk, gs_in + mat, g);
+  for (int i = threadIdx.x; i < g; i += kBackThreads) {
+    gnorm[i] = gnorm_in[hd.bh * g + i];
+    gbias[i] = 0.0f;
+  }
+  for (int i = threadIdx.x; i < g * pl.ldw; i += kBackThreads) gws[i] = 0.0f;
   const float scale2 = load_bias2<W>(bias2, p, hd.h, g);
   const float inv_tau = 1.0f / p.tau[hd.h];
+  __syncthreads();
 
-  PointSum<D, W> sums;  // grad_ws
-  sums.zero();
-  ColumnSum<W> bias_sum;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int r0 = lane / 4, c0 = 2 * (lane % 4);
+  const uint32_t ones = pack_bf16(1.0f, 1.0f);
   float tau_sum = 0.0f;  // of (dL/dz) z2, z2 = z log2(e)
-  const int64_t tiles = (p.points + kTile - 1) / kTile;
+  const int64_t tiles = (p.points + kRowTile - 1) / kRowTile;
   const int64_t t0 = int64_t(blockIdx.x) * tiles_per_block;
   const int64_t t1 = imin(tiles, t0 + tiles_per_block);
-  TileRows<D, W> x_next, fx_next, go_next;
-  x_next.fetch(x, hd, t0 * kTile);
-  fx_next.fetch(fx, hd, t0 * kTile);
-  go_next.fetch(gout, hd, t0 * kTile);
-  for (int64_t t = t0; t < t1; ++t) {
-    const int64_t n0 = t * kTile;
-    x_next.store(xs, pl.ldk);
-    fx_next.store(fxs, pl.ldk);
-    go_next.store(gos, pl.ldk);
-    __syncthreads();
-    if (t + 1 < t1) {
-      x_next.fetch(x, hd, n0 + kTile);
-      fx_next.fetch(fx, hd, n0 + kTile);
-      go_next.fetch(gout, hd, n0 + kTile);
+  for (int64_t t = t0 + warp; t < t1; t += W) {
+    const PointTile<D> tile(p, hd, t, lane, true);
+    uint32_t go[D / 16][4], fv[D / 16][4];
+    read_a_frags<D>(gout, hd, tile.na, tile.nb, tile.va, tile.vb, c0, go);
+    read_a_frags<D>(fx, hd, tile.na, tile.nb, tile.va, tile.vb, c0, fv);
+    // A chunk's logits z2, weights w and dL/dw (layout as in logits()).
+    const auto chunk = [&](int s0, float(&z)[2][4], float(&w)[2][4], float(&dl)[2][4]) {
+      tile.logits(ws, pl.ldk, bias2, scale2, s0, lane, z);
+      tile.weights(z, w);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        float c[4] = {0.f, 0.f, 0.f, 0.f};
+        const bf16* orow = os + (s0 + 8 * j + r0) * pl.ldk + c0;
+        const bf16* grow = gs + (s0 + 8 * j + r0) * pl.ldk + c0;
+#pragma unroll
+        for (int k = 0; k < D / 16; ++k) {
+          mma_16816(c, go[k], load_u32(orow + 16 * k), load_u32(orow + 16 * k + 8));
+          mma_16816(c, fv[k], load_u32(grow + 16 * k), load_u32(grow + 16 * k + 8));
+        }
+        const float n0 = gnorm[s0 + 8 * j + c0], n1 = gnorm[s0 + 8 * j + c0 + 1];
+        dl[j][0] = c[0] + n0;
+        dl[j][1] = c[1] + n1;
+        dl[j][2] = c[2] + n0;
+        dl[j][3] = c[3] + n1;
+      }
+    };
+
+    // Pass 1.
+    float dot[2] = {0.f, 0.f};  // rows a, b
+    {
+      float afx[D / 8][4] = {};
+      for (int s0 = 0; s0 < g; s0 += 16) {
+        float z[2][4], w[2][4], dl[2][4];
+        chunk(s0, z, w, dl);
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          dot[0] += w[j][0] * dl[j][0] + w[j][1] * dl[j][1];
+          dot[1] += w[j][2] * dl[j][2] + w[j][3] * dl[j][3];
+        }
+        uint32_t pw[4], b[D / 8][2];
+        pack_a(w, pw);
+        slice_b_frags<D>(gs, pl.ldk, s0, lane, b);
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt) mma_16816(afx[dt], pw, b[dt][0], b[dt][1]);
+      }
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        const int d = 8 * dt + c0;
+        if (tile.va) {
+          *reinterpret_cast<uint32_t*>(grad_fx + hd.row(tile.na) + d) =
+              pack_bf16(afx[dt][0], afx[dt][1]);
+        }
+        if (tile.vb) {
+          *reinterpret_cast<uint32_t*>(grad_fx + hd.row(tile.nb) + d) =
+              pack_bf16(afx[dt][2], afx[dt][3]);
+        }
+      }
     }
-    gemm_nt<D, W>(xs, ws, nullptr, nullptr, pl.ldk, logits, pl.ldf, g);
-    // dL/dw from the deslice (gout os^T) and from the slice sums (fx gs^T).
-    gemm_nt<D, W>(gos, oss, fxs, gss, pl.ldk, dw, pl.ldf, g);
-    __syncthreads();
-    for_each_row<W>(logits, pl.ldf, bias2, scale2, g, hd, n0, p.lse, false,
-                    [&](int r, float*, const float* z, const float* w, bool, int part) {
-                      const float* drow = dw + r * pl.ldf;
-                      float dl[Cfg<W>::kPerThread];
-                      float dot = 0.0f;
 #pragma unroll
-                      for (int j = 0; j < Cfg<W>::kQuads; ++j) {
-                        const int c = row_col<W>(part, 4 * j);
-                        float4 d4 = make_float4(0.f, 0.f, 0.f, 0.f), n4 = d4;
-                        if (c < g) {
-                          d4 = *reinterpret_cast<const float4*>(drow + c);
-                          n4 = *reinterpret_cast<const float4*>(gnorm + c);
-                        }
-                        dl[4 * j] = d4.x + n4.x;
-                        dl[4 * j + 1] = d4.y + n4.y;
-                        dl[4 * j + 2] = d4.z + n4.z;
-                        dl[4 * j + 3] = d4.w + n4.w;
+    for (int r = 0; r < 2; ++r) {  // the four lanes of a row hold its columns
+      dot[r] += __shfl_xor_sync(0xffffffffu, dot[r], 1);
+      dot[r] += __shfl_xor_sync(0xffffffffu, dot[r], 2);
+    }
+
+    // Pass 2. x as B fragments (k = points, n = D): its A fragments' 8 x 8
+    // blocks transposed.
+    uint32_t xb[D / 8][2];
 #pragma unroll
-                        for (int e = 0; e < 4; ++e) dot += w[4 * j + e] * dl[4 * j + e];
-                      }
-                      dot = row_sum<Cfg<W>::kRowThreads>(dot);
+    for (int db = 0; db < D / 8; ++db) {
+      xb[db][0] = transpose8(tile.x[db / 2][(db % 2) * 2]);
+      xb[db][1] = transpose8(tile.x[db / 2][(db % 2) * 2 + 1]);
+    }
+    float ax[D / 8][4] = {};
+    for (int s0 = 0; s0 < g; s0 += 16) {
+      float z[2][4], w[2][4], dl[2][4], gl[2][4];
+      chunk(s0, z, w, dl);
 #pragma unroll
-                      for (int j = 0; j < Cfg<W>::kQuads; ++j) {
-                        const int c = row_col<W>(part, 4 * j);
-                        if (c >= g) break;
-                        float gl[4];
+      for (int j = 0; j < 2; ++j) {
 #pragma unroll
-                        for (int e = 0; e < 4; ++e) {
-                          const float gz = w[4 * j + e] * (dl[4 * j + e] - dot);
-                          tau_sum += gz * z[4 * j + e];
-                          gl[e] = gz * inv_tau;  // dL/dlogits
-                        }
-                        store_bf16x4(ps + r * pl.ldg + c, w[4 * j], w[4 * j + 1], w[4 * j + 2],
-                                     w[4 * j + 3]);
-                        store_bf16x4(pgs + r * pl.ldg + c, gl[0], gl[1], gl[2], gl[3]);
-                      }
-                    });
-    __syncthreads();
-    bias_sum.add(pgs, pl.ldg, g);
-    sums.add(pgs, pl.ldg, xs, pl.ldk, g);
-    // grad_fx = w gs and grad_x = (dL/dlogits) ws, in one pass.
-    gemm_nn_points<D, W>(
-        ps, gss,
-        [&](int r, int d, float4 v) {
-          if (n0 + r < hd.n) store_bf16x4(grad_fx + hd.row(n0 + r) + d, v.x, v.y, v.z, v.w);
-        },
-        pgs, ws,
-        [&](int r, int d, float4 v) {
-          if (n0 + r < hd.n) store_bf16x4(grad_x + hd.row(n0 + r) + d, v.x, v.y, v.z, v.w);
-        },
-        pl.ldg, pl.ldk, g, stage);
+        for (int e = 0; e < 4; ++e) {
+          const float gz = w[j][e] * (dl[j][e] - dot[e / 2]);  // dL/dz
+          tau_sum += gz * z[j][e];
+          gl[j][e] = gz * inv_tau;  // dL/dlogits
+        }
+      }
+      uint32_t pg[4], b[D / 8][2];
+      pack_a(gl, pg);
+      slice_b_frags<D>(ws, pl.ldk, s0, lane, b);
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) mma_16816(ax[dt], pg, b[dt][0], b[dt][1]);
+      // (dL/dlogits)^T: blocks (0,0), (1,0), (0,1), (1,1) are the transposes
+      // of the (points x slices) blocks (0,0), (0,1), (1,0), (1,1).
+      const uint32_t pt[4] = {transpose8(pg[0]), transpose8(pg[2]), transpose8(pg[1]),
+                              transpose8(pg[3])};
+#pragma unroll
+      for (int db = 0; db < D / 8; ++db) {
+        float c[4] = {0.f, 0.f, 0.f, 0.f};
+        mma_16816(c, pt, xb[db][0], xb[db][1]);
+        float* o = gws + (s0 + r0) * pl.ldw + 8 * db + c0;
+        atomicAdd(o, c[0]);
+        atomicAdd(o + 1, c[1]);
+        atomicAdd(o + 8 * pl.ldw, c[2]);
+        atomicAdd(o + 8 * pl.ldw + 1, c[3]);
+      }
+      float c[4] = {0.f, 0.f, 0.f, 0.f};  // every column: the sum over the 16 points
+      mma_16816(c, pt, ones, ones);
+      if (c0 == 0) {
+        atomicAdd(gbias + s0 + r0, c[0]);
+        atomicAdd(gbias + s0 + r0 + 8, c[2]);
+      }
+    }
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      const int d = 8 * dt + c0;
+      if (tile.va) {
+        *reinterpret_cast<uint32_t*>(grad_x + hd.row(tile.na) + d) =
+            pack_bf16(ax[dt][0], ax[dt][1]);
+      }
+      if (tile.vb) {
+        *reinterpret_cast<uint32_t*>(grad_x + hd.row(tile.nb) + d) =
+            pack_bf16(ax[dt][2], ax[dt][3]);
+      }
+    }
   }
-  sums.flush(grad_ws, g, stage);
-  bias_sum.flush(grad_bias, g);
+  __syncthreads();
+  for (int i = threadIdx.x; i < g * D; i += kBackThreads) {
+    atomicAdd(grad_ws + i, gws[(i / D) * pl.ldw + i % D]);
+  }
+  for (int i = threadIdx.x; i < g; i += kBackThreads) atomicAdd(grad_bias + i, gbias[i]);
   tau_sum = warp_sum(tau_sum) * kLn2;
-  if (threadIdx.x % 32 == 0) atomicAdd(tau_acc + hd.h, tau_sum);
+  if (lane == 0) atomicAdd(tau_acc + hd.h, tau_sum);
 }
 
 void check_launch(const char* what) {
@@ -947,7 +704,7 @@ int sm_count() {
 // taking an equal run of tiles of its (batch, head).
 template <typename Kernel>
 dim3 launch_grid(Kernel kernel, int threads, size_t smem, const Problem& p, int* tiles_per_block,
-                 int tile = kTile) {
+                 int tile) {
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(smem)) != cudaSuccess) {
     check_launch("cudaFuncSetAttribute");
@@ -1007,12 +764,11 @@ template <int D>
 void backward_d(const Problem& p, const void* fx, const void* gout, const void* os, const void* gs,
                 const float* gnorm, void* grad_x, void* grad_fx, float* grad_ws, float* grad_bias,
                 float* tau_acc) {
-  constexpr int threads = Cfg<kBackwardWarps>::kThreads;
-  const size_t smem = make_plan(D, static_cast<int>(p.slices), kBackwardWarps).bytes;
   if (p.points == 0) return;
+  const size_t smem = make_back_plan(D, static_cast<int>(p.slices)).bytes;
   int per = 0;
-  const dim3 grid = launch_grid(backward_kernel<D>, threads, smem, p, &per);
-  backward_kernel<D><<<grid, threads, smem, static_cast<cudaStream_t>(p.stream)>>>(
+  const dim3 grid = launch_grid(backward_kernel<D>, kBackThreads, smem, p, &per, kRowTile);
+  backward_kernel<D><<<grid, kBackThreads, smem, static_cast<cudaStream_t>(p.stream)>>>(
       p, static_cast<const bf16*>(fx), static_cast<const bf16*>(gout), static_cast<const bf16*>(os),
       static_cast<const bf16*>(gs), gnorm, static_cast<bf16*>(grad_x), static_cast<bf16*>(grad_fx),
       grad_ws, grad_bias, tau_acc, per);

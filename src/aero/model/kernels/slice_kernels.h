@@ -7,9 +7,8 @@
 // temperature:
 //   z[n,g]  = (x[n,:] . ws[g,:] + bias[g]) / tau_h          (slice logits)
 //   lse[n]  = log sum_g exp(z[n,g]);   w[n,g] = exp(z[n,g] - lse[n])
-// No kernel stores w: each recomputes it from x and the per-point lse, tile
-// by tile (in registers in the forward kernels, in shared memory in the
-// backward).
+// No kernel stores w: each recomputes it from x and the per-point lse, 16
+// points at a time, in registers.
 //
 // Layouts (all contiguous, row-major): x, y, fx, gout, out, grad_x, grad_fx:
 // (B, N, H, D) bf16; ws: (G, D) bf16; bias: (G) fp32; tau: (H) fp32;
