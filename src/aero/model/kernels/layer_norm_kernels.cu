@@ -2,6 +2,7 @@
 // is V 16-byte pieces per lane: lane l holds columns v 256 + 8 l + e
 // (v < V, e < 8), so that every load and store is a whole 512-byte run per
 // warp. Each warp walks rows with a grid stride, two at a time.
+#include "aero/model/kernels/launch.h"
 #include "aero/model/kernels/layer_norm_kernels.h"
 
 #include <cuda_bf16.h>
@@ -169,20 +170,9 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-void check_launch(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) {
-    throw std::runtime_error(std::string("layer norm kernels: ") + what +
-                             " failed to launch: " + cudaGetErrorString(e));
-  }
-}
+void check_launch(const char* what) { kernels::check_launch("layer norm kernels", what); }
 
-int sm_count() {
-  int device = 0, sms = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  return sms > 0 ? sms : 1;
-}
+using kernels::sm_count;
 
 // Enough blocks to fill the device once (as many as fit on a
 // multiprocessor at a time, at most max_per_sm), no more than rows need:

@@ -6,6 +6,7 @@
 // turned into weights in place and fed back as the next product's operand,
 // with no shared memory written and no barrier crossed in the point loop
 // (see "the forward kernels" and "the backward kernel" below).
+#include "aero/model/kernels/launch.h"
 #include "aero/model/kernels/slice_kernels.h"
 
 #include <cuda_bf16.h>
@@ -206,6 +207,20 @@ struct PointTile {
       z[j][1] = fmaf(c[1], scale2, b1);
       z[j][2] = fmaf(c[2], scale2, b0);
       z[j][3] = fmaf(c[3], scale2, b1);
+    }
+  }
+
+  // Writes a 16 x D accumulator (C fragments, 8-wide tiles of D) to the
+  // tile's rows a and b of a (B, N, H, D) bf16 tensor, rows past the end left.
+  __device__ void store(bf16* out, const Head& hd, int lane, const float (&acc)[D / 8][4]) const {
+    const int c0 = 2 * (lane % 4);
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      const int d = 8 * dt + c0;
+      if (va)
+        *reinterpret_cast<uint32_t*>(out + hd.row(na) + d) = pack_bf16(acc[dt][0], acc[dt][1]);
+      if (vb)
+        *reinterpret_cast<uint32_t*>(out + hd.row(nb) + d) = pack_bf16(acc[dt][2], acc[dt][3]);
     }
   }
 
@@ -427,16 +442,7 @@ __global__ void __launch_bounds__(kRegThreads)
         mma_16816(acc[dt], pw, load_u32(zrow), load_u32(zrow + 8));
       }
     }
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      const int d = 8 * dt + c0;
-      if (tile.va) {
-        *reinterpret_cast<uint32_t*>(out + hd.row(tile.na) + d) = pack_bf16(acc[dt][0], acc[dt][1]);
-      }
-      if (tile.vb) {
-        *reinterpret_cast<uint32_t*>(out + hd.row(tile.nb) + d) = pack_bf16(acc[dt][2], acc[dt][3]);
-      }
-    }
+    tile.store(out, hd, lane, acc);
   }
 }
 
@@ -597,18 +603,7 @@ __global__ void __launch_bounds__(kBackThreads, 2)
 #pragma unroll
         for (int dt = 0; dt < D / 8; ++dt) mma_16816(afx[dt], pw, b[dt][0], b[dt][1]);
       }
-#pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
-        const int d = 8 * dt + c0;
-        if (tile.va) {
-          *reinterpret_cast<uint32_t*>(grad_fx + hd.row(tile.na) + d) =
-              pack_bf16(afx[dt][0], afx[dt][1]);
-        }
-        if (tile.vb) {
-          *reinterpret_cast<uint32_t*>(grad_fx + hd.row(tile.nb) + d) =
-              pack_bf16(afx[dt][2], afx[dt][3]);
-        }
-      }
+      tile.store(grad_fx, hd, lane, afx);
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {  // the four lanes of a row hold its columns
@@ -663,18 +658,7 @@ __global__ void __launch_bounds__(kBackThreads, 2)
         atomicAdd(gbias + s0 + r0 + 8, c[2]);
       }
     }
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      const int d = 8 * dt + c0;
-      if (tile.va) {
-        *reinterpret_cast<uint32_t*>(grad_x + hd.row(tile.na) + d) =
-            pack_bf16(ax[dt][0], ax[dt][1]);
-      }
-      if (tile.vb) {
-        *reinterpret_cast<uint32_t*>(grad_x + hd.row(tile.nb) + d) =
-            pack_bf16(ax[dt][2], ax[dt][3]);
-      }
-    }
+    tile.store(grad_x, hd, lane, ax);
   }
   __syncthreads();
   for (int i = threadIdx.x; i < g * D; i += kBackThreads) {
@@ -685,20 +669,9 @@ __global__ void __launch_bounds__(kBackThreads, 2)
   if (lane == 0) atomicAdd(tau_acc + hd.h, tau_sum);
 }
 
-void check_launch(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) {
-    throw std::runtime_error(std::string("slice kernels: ") + what +
-                             " failed to launch: " + cudaGetErrorString(e));
-  }
-}
+void check_launch(const char* what) { kernels::check_launch("slice kernels", what); }
 
-int sm_count() {
-  int device = 0, sms = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  return sms > 0 ? sms : 1;
-}
+using kernels::sm_count;
 
 // One wave: at most as many blocks as fit on the device at once, each
 // taking an equal run of tiles of its (batch, head).

@@ -1,0 +1,28 @@
+// Host-side helpers shared by the kernel files (CUDA runtime only).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace slipstream::aero::kernels {
+
+// Throws naming the kernel family and the launch when the last launch failed.
+inline void check_launch(const char* family, const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    throw std::runtime_error(std::string(family) + ": " + what +
+                             " failed to launch: " + cudaGetErrorString(e));
+  }
+}
+
+// Multiprocessors on the current device (at least 1).
+inline int sm_count() {
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  return sms > 0 ? sms : 1;
+}
+
+}  // namespace slipstream::aero::kernels
