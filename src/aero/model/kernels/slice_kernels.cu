@@ -22,6 +22,7 @@ namespace {
 using bf16 = __nv_bfloat16;
 
 constexpr int kMaxSlices = 256;
+constexpr int kRowTile = 16;  // points per warp tile
 
 // Shared-memory carving: 128-byte aligned pieces, the same on host (for the
 // launch size) and device.
@@ -61,6 +62,22 @@ struct Head {
   // Element offset of point n's row for this head in a (B, N, H, D) tensor.
   __device__ int64_t row(int64_t point) const { return ((b * n + point) * heads + h) * d; }
 };
+
+// The (batch, head) of this block (blockIdx.y).
+__device__ inline Head block_head(const Problem& p, int d, int g) {
+  return {blockIdx.y / p.heads, blockIdx.y % p.heads, blockIdx.y, p.points, p.heads, d, g};
+}
+
+struct TileRange {
+  int64_t t0, t1;
+};
+
+// This block's run [t0, t1) of 16-point tiles (blockIdx.x).
+__device__ inline TileRange block_tiles(const Problem& p, int tiles_per_block) {
+  const int64_t tiles = (p.points + kRowTile - 1) / kRowTile;
+  const int64_t t0 = int64_t(blockIdx.x) * tiles_per_block;
+  return {t0, imin(tiles, t0 + tiles_per_block)};
+}
 
 // Copies `rows` rows of D bf16 (row r at src + row_offset(r)) into shared
 // memory with pitch ldk, zero-filling rows past the end, in 16-byte pieces.
@@ -129,7 +146,6 @@ __device__ inline uint32_t pack_bf16(float lo, float hi) {
 
 __device__ inline uint32_t load_u32(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
-constexpr int kRowTile = 16;  // points per warp tile in the register kernels
 constexpr int kRegWarps = 8;
 constexpr int kRegThreads = kRegWarps * 32;
 
@@ -256,14 +272,12 @@ __global__ void __launch_bounds__(kRegThreads) lse_kernel(Problem p, int tiles_p
   extern __shared__ __align__(128) unsigned char smem[];
   const int g = static_cast<int>(p.slices);
   const RegPlan pl = make_reg_plan(D, g, false);
-  Head hd{blockIdx.y / p.heads, blockIdx.y % p.heads, blockIdx.y, p.points, p.heads, D, g};
+  const Head hd = block_head(p, D, g);
   const float scale2 = reg_setup<D>(pl, smem, p, hd, nullptr);
   const bf16* ws = at<bf16>(smem, pl.ws);
   const float* bias2 = at<float>(smem, pl.bias);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t tiles = (p.points + kRowTile - 1) / kRowTile;
-  const int64_t t0 = int64_t(blockIdx.x) * tiles_per_block;
-  const int64_t t1 = imin(tiles, t0 + tiles_per_block);
+  const auto [t0, t1] = block_tiles(p, tiles_per_block);
   for (int64_t t = t0 + warp; t < t1; t += kRegWarps) {
     const PointTile<D> tile(p, hd, t, lane, false);
     float m[2] = {-INFINITY, -INFINITY}, sum[2] = {0.f, 0.f};  // rows a, b
@@ -310,7 +324,7 @@ __global__ void __launch_bounds__(kRegThreads)
   extern __shared__ __align__(128) unsigned char smem[];
   const int g = static_cast<int>(p.slices);
   const RegPlan pl = make_reg_plan(D, g, false);
-  Head hd{blockIdx.y / p.heads, blockIdx.y % p.heads, blockIdx.y, p.points, p.heads, D, g};
+  const Head hd = block_head(p, D, g);
   const float scale2 = reg_setup<D>(pl, smem, p, hd, nullptr);
   const bf16* ws = at<bf16>(smem, pl.ws);
   const float* bias2 = at<float>(smem, pl.bias);
@@ -318,9 +332,7 @@ __global__ void __launch_bounds__(kRegThreads)
   const int r0 = lane / 4, c0 = 2 * (lane % 4), chunks = g / 16;
   float acc[kOwnedChunks][D / 8][4] = {};
   float cs[kOwnedChunks][2][2] = {};  // slices 8 j + c0 + e, summed over the lane's rows
-  const int64_t tiles = (p.points + kRowTile - 1) / kRowTile;
-  const int64_t t0 = int64_t(blockIdx.x) * tiles_per_block;
-  const int64_t t1 = imin(tiles, t0 + tiles_per_block);
+  const auto [t0, t1] = block_tiles(p, tiles_per_block);
   // y's rows of a tile as raw 8 x 8 blocks (points x D), one row pair a lane.
   const auto read_y = [&](const PointTile<D>& tile, uint32_t(&raw)[D / 8][2]) {
     const bf16* ya = y + hd.row(tile.va ? tile.na : 0);
@@ -415,16 +427,14 @@ __global__ void __launch_bounds__(kRegThreads)
   extern __shared__ __align__(128) unsigned char smem[];
   const int g = static_cast<int>(p.slices);
   const RegPlan pl = make_reg_plan(D, g, true);
-  Head hd{blockIdx.y / p.heads, blockIdx.y % p.heads, blockIdx.y, p.points, p.heads, D, g};
+  const Head hd = block_head(p, D, g);
   const float scale2 = reg_setup<D>(pl, smem, p, hd, z_in + hd.bh * int64_t(g) * D);
   const bf16* ws = at<bf16>(smem, pl.ws);
   const bf16* zt = at<bf16>(smem, pl.zt);
   const float* bias2 = at<float>(smem, pl.bias);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int r0 = lane / 4, c0 = 2 * (lane % 4);
-  const int64_t tiles = (p.points + kRowTile - 1) / kRowTile;
-  const int64_t t0 = int64_t(blockIdx.x) * tiles_per_block;
-  const int64_t t1 = imin(tiles, t0 + tiles_per_block);
+  const auto [t0, t1] = block_tiles(p, tiles_per_block);
   for (int64_t t = t0 + warp; t < t1; t += kRegWarps) {
     const PointTile<D> tile(p, hd, t, lane, true);
     float acc[D / 8][4] = {};
@@ -530,7 +540,7 @@ __global__ void __launch_bounds__(kBackThreads, 2)
   constexpr int W = kBackWarps;
   const int g = static_cast<int>(p.slices);
   const BackPlan pl = make_back_plan(D, g);
-  Head hd{blockIdx.y / p.heads, blockIdx.y % p.heads, blockIdx.y, p.points, p.heads, D, g};
+  const Head hd = block_head(p, D, g);
   bf16* ws = at<bf16>(smem, pl.ws);
   bf16* os = at<bf16>(smem, pl.os);
   bf16* gs = at<bf16>(smem, pl.gs);
@@ -555,9 +565,7 @@ __global__ void __launch_bounds__(kBackThreads, 2)
   const int r0 = lane / 4, c0 = 2 * (lane % 4);
   const uint32_t ones = pack_bf16(1.0f, 1.0f);
   float tau_sum = 0.0f;  // of (dL/dz) z2, z2 = z log2(e)
-  const int64_t tiles = (p.points + kRowTile - 1) / kRowTile;
-  const int64_t t0 = int64_t(blockIdx.x) * tiles_per_block;
-  const int64_t t1 = imin(tiles, t0 + tiles_per_block);
+  const auto [t0, t1] = block_tiles(p, tiles_per_block);
   for (int64_t t = t0 + warp; t < t1; t += W) {
     const PointTile<D> tile(p, hd, t, lane, true);
     uint32_t go[D / 16][4], fv[D / 16][4];
