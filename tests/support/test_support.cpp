@@ -3,8 +3,9 @@
 #include <ftw.h>
 #include <sys/stat.h>
 
-#include <cstdio>
+#include <ATen/ATen.h>
 #include <c10/util/Exception.h>
+#include <cstdio>
 
 #include <cstdlib>
 #include <filesystem>
@@ -64,6 +65,11 @@ std::vector<std::string> read_lines(const std::string& path) {
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   return lines;
+}
+
+double relative_error(const at::Tensor& got, const at::Tensor& want) {
+  const auto g = got.to(want.scalar_type());
+  return ((g - want).norm() / want.norm().clamp_min(1e-30)).item<double>();
 }
 
 }  // namespace slipstream::testing

@@ -1,8 +1,11 @@
-// Shared test helpers: temporary directories, the fixtures folder, and a
-// landing probe whose steps land only when the test releases them.
+// Shared test helpers: temporary directories, the fixtures folder, a
+// landing probe whose steps land only when the test releases them, and the
+// relative error the numerical tests compare with.
 #pragma once
 
 #include "core/readback/step_readback.h"
+
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <functional>
@@ -38,6 +41,10 @@ struct HeldSteps {
 
 // The message of the c10::Error that `f` throws, or "" if it throws none.
 std::string error_message_of(const std::function<void()>& f);
+
+// |got - want| / |want| (Frobenius), computed in want's dtype (got is cast
+// to it); |want| is floored at 1e-30.
+double relative_error(const at::Tensor& got, const at::Tensor& want);
 
 // Every line of a text file.
 std::vector<std::string> read_lines(const std::string& path);

@@ -9,6 +9,8 @@
 #include "aero/model/slice_ops.h"
 #include "aero/model/transolver.h"
 
+#include "support/test_support.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -46,9 +48,7 @@ Result step(PhysicsAttention& a, const torch::Tensor& x_in, const torch::Tensor&
   return r;
 }
 
-double rel(const torch::Tensor& got, const torch::Tensor& want) {
-  return ((got - want).norm() / want.norm().clamp_min(1e-30)).item<double>();
-}
+using testing::relative_error;
 
 // (channels, heads, slices, points): dim_head 32, 16 and 64.
 using Case = std::tuple<int64_t, int64_t, int64_t, int64_t>;
@@ -85,13 +85,14 @@ TEST_P(FusedAttentionCudaTest, FusedMatchesReferenceWithinBf16Tolerance_CUDA) {
   const auto plain = step(a, x, upstream, false, true);
   const auto fused = step(a, x, upstream, true, true);
 
-  const double out_plain = rel(plain.out, ref.out), out_fused = rel(fused.out, ref.out);
+  const double out_plain = relative_error(plain.out, ref.out),
+               out_fused = relative_error(fused.out, ref.out);
   std::printf("N=%ld D=%ld G=%ld  output: plain bf16 %.2e fused %.2e\n", static_cast<long>(points),
               static_cast<long>(channels / heads), static_cast<long>(slices), out_plain, out_fused);
   EXPECT_LE(out_fused, std::max(3 * out_plain, 2e-2));
   for (const auto& [name, want] : ref.grads) {
-    const double e_plain = rel(plain.grads.at(name), want);
-    const double e_fused = rel(fused.grads.at(name), want);
+    const double e_plain = relative_error(plain.grads.at(name), want);
+    const double e_fused = relative_error(fused.grads.at(name), want);
     std::printf("  grad %-26s plain bf16 %.2e fused %.2e\n", name.c_str(), e_plain, e_fused);
     EXPECT_TRUE(torch::isfinite(fused.grads.at(name)).all().item<bool>()) << name;
     EXPECT_LE(e_fused, std::max(3 * e_plain, 2e-2)) << name;

@@ -2,15 +2,15 @@
 // for row counts the bias-gradient fold does and does not divide.
 #include "aero/model/linear.h"
 
+#include "support/test_support.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 namespace slipstream::aero {
 namespace {
 
-double rel(const torch::Tensor& got, const torch::Tensor& want) {
-  return ((got - want).norm() / want.norm().clamp_min(1e-300)).item<double>();
-}
+using testing::relative_error;
 
 TEST(LinearTest, MatchesAtenLinearInOutputAndGradients) {
   const auto f64 = torch::dtype(torch::kDouble);
@@ -35,10 +35,10 @@ TEST(LinearTest, MatchesAtenLinearInOutputAndGradients) {
 
     SCOPED_TRACE(std::to_string(shape.size()) + "-d input, in " + std::to_string(in));
     EXPECT_EQ(y.sizes(), yr.sizes());
-    EXPECT_LT(rel(y, yr), 1e-13);
-    EXPECT_LT(rel(x.grad(), xr.grad()), 1e-13);
-    EXPECT_LT(rel(w.grad(), wr.grad()), 1e-13);
-    EXPECT_LT(rel(b.grad(), br.grad()), 1e-13);
+    EXPECT_LT(relative_error(y, yr), 1e-13);
+    EXPECT_LT(relative_error(x.grad(), xr.grad()), 1e-13);
+    EXPECT_LT(relative_error(w.grad(), wr.grad()), 1e-13);
+    EXPECT_LT(relative_error(b.grad(), br.grad()), 1e-13);
   }
 }
 
@@ -46,7 +46,7 @@ TEST(LinearTest, WithoutBiasOrInputGradient) {
   const auto x = torch::randn({4, 6}, torch::kDouble);  // no grad wanted for x
   auto w = torch::randn({3, 6}, torch::kDouble).requires_grad_(true);
   linear(x, w, torch::Tensor()).sum().backward();
-  EXPECT_LT(rel(w.grad(), torch::ones({4, 3}, torch::kDouble).t().mm(x)), 1e-13);
+  EXPECT_LT(relative_error(w.grad(), torch::ones({4, 3}, torch::kDouble).t().mm(x)), 1e-13);
 }
 
 TEST(LinearTest, ColumnSumFoldsRowsAndAccumulatesInFloat) {
@@ -54,9 +54,9 @@ TEST(LinearTest, ColumnSumFoldsRowsAndAccumulatesInFloat) {
   const auto s = column_sum(m);
   EXPECT_EQ(s.scalar_type(), torch::kFloat);
   EXPECT_EQ(s.sizes(), (std::vector<int64_t>{256}));
-  EXPECT_LT(rel(s, m.to(torch::kDouble).sum(0).to(torch::kFloat)), 1e-6);
+  EXPECT_LT(relative_error(s, m.to(torch::kDouble).sum(0).to(torch::kFloat)), 1e-6);
   const auto odd = torch::randn({7, 3}, torch::kDouble);  // no fold divides 7
-  EXPECT_LT(rel(column_sum(odd), odd.sum(0)), 1e-15);
+  EXPECT_LT(relative_error(column_sum(odd), odd.sum(0)), 1e-15);
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include "aero/model/fused_layer_norm.h"
 #include "aero/model/transolver.h"
 
+#include "support/test_support.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -21,9 +23,7 @@ namespace {
 #define SKIP_WITHOUT_CUDA() \
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
 
-double rel(const torch::Tensor& got, const torch::Tensor& want) {
-  return ((got.to(torch::kFloat) - want).norm() / want.norm().clamp_min(1e-30)).item<double>();
-}
+using testing::relative_error;
 
 TEST(LayerNormInAutocastDtypeTest, StaysInBf16UnderAutocastOnly_CUDA) {
   SKIP_WITHOUT_CUDA();
@@ -37,7 +37,7 @@ TEST(LayerNormInAutocastDtypeTest, StaysInBf16UnderAutocastOnly_CUDA) {
     const auto y = layer_norm_in_autocast_dtype(x.to(torch::kBFloat16), {256}, w, b, 1e-5);
     EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
     // bf16 input and weights, fp32 statistics: a few bf16 roundings.
-    EXPECT_LT(rel(y, want), 1e-2);
+    EXPECT_LT(relative_error(y, want), 1e-2);
     // An fp32 input takes autocast's rule (fp32 layer norm).
     EXPECT_EQ(layer_norm_in_autocast_dtype(x, {256}, w, b, 1e-5).scalar_type(), torch::kFloat);
   }
@@ -73,8 +73,9 @@ TEST(FusedLayerNormCudaTest, MatchesFp32LayerNormForwardAndBackward_CUDA) {
       EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
       EXPECT_EQ(xf.grad().scalar_type(), torch::kBFloat16);
       EXPECT_EQ(wf.grad().scalar_type(), torch::kFloat);
-      const double ey = rel(y, yr), ex = rel(xf.grad(), xr.grad());
-      const double ew = rel(wf.grad(), wr.grad()), eb = rel(bf.grad(), br.grad());
+      const double ey = relative_error(y, yr), ex = relative_error(xf.grad(), xr.grad());
+      const double ew = relative_error(wf.grad(), wr.grad()),
+                   eb = relative_error(bf.grad(), br.grad());
       if (rows == 20000) {
         std::printf("layer norm width %ld: y %.2e, grad x %.2e, grad w %.2e, grad b %.2e\n",
                     static_cast<long>(width), ey, ex, ew, eb);
@@ -97,7 +98,7 @@ TEST(FusedLayerNormCudaTest, OtherWidthsFallBackToAten_CUDA) {
   AutocastGuard autocast(x.device(), true);
   const auto y = fused_layer_norm(x, {96}, w, b, 1e-5);
   EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
-  EXPECT_LT(rel(y, torch::layer_norm(x.to(torch::kFloat), {96}, w, b, 1e-5)), 8e-3);
+  EXPECT_LT(relative_error(y, torch::layer_norm(x.to(torch::kFloat), {96}, w, b, 1e-5)), 8e-3);
 }
 
 struct Result {
@@ -146,13 +147,15 @@ TEST(TransolverCudaTest, Bf16LayerNormWithinAutocastTolerance_CUDA) {
   const auto ref = step(m, emb, fx, upstream, false, false);
   const auto fp32_ln = step(m, emb, fx, upstream, true, false);
   const auto bf16_ln = step(m, emb, fx, upstream, true, true);
-  const double out_a = rel(fp32_ln.out, ref.out), out_b = rel(bf16_ln.out, ref.out);
+  const double out_a = relative_error(fp32_ln.out, ref.out),
+               out_b = relative_error(bf16_ln.out, ref.out);
   std::printf("output: autocast fp32 LN %.2e, bf16 LN %.2e\n", out_a, out_b);
   EXPECT_LE(out_b, std::max(3 * out_a, 2e-2));
   double worst = 0;
   std::string worst_name;
   for (const auto& [name, want] : ref.grads) {
-    const double a = rel(fp32_ln.grads.at(name), want), b = rel(bf16_ln.grads.at(name), want);
+    const double a = relative_error(fp32_ln.grads.at(name), want),
+                 b = relative_error(bf16_ln.grads.at(name), want);
     EXPECT_TRUE(torch::isfinite(bf16_ln.grads.at(name)).all().item<bool>()) << name;
     EXPECT_LE(b, std::max(3 * a, 2e-2)) << name << ": fp32 LN " << a << ", bf16 LN " << b;
     if (b - a > worst) {

@@ -5,8 +5,8 @@
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include <fstream>
 #include <sstream>
@@ -60,9 +60,7 @@ TransolverOptions small_options(const SafetensorsFile& f) {
   return o;
 }
 
-double relative_error(const torch::Tensor& got, const torch::Tensor& want) {
-  return ((got - want).norm() / want.norm().clamp_min(1e-30)).item<double>();
-}
+using testing::relative_error;
 
 TEST(TransolverTest, ReproducesPhysicsNeMoOutputAndGradients) {
   const auto f = read_safetensors(testing::fixtures_dir() + "/transolver_small.safetensors");
@@ -97,7 +95,8 @@ TEST(TransolverTest, InitialisationFollowsTheRecipe) {
   Transolver model(TransolverOptions{});
   auto w = model->preprocess->layers[0]->as<torch::nn::Linear>()->weight;
   EXPECT_NEAR(w.std().item<double>(), 0.02, 0.001);
-  EXPECT_EQ(model->preprocess->layers[0]->as<torch::nn::Linear>()->bias.abs().sum().item<double>(), 0.0);
+  EXPECT_EQ(model->preprocess->layers[0]->as<torch::nn::Linear>()->bias.abs().sum().item<double>(),
+            0.0);
   auto attn = model->blocks[0]->as<TransolverBlock>()->Attn;
   EXPECT_TRUE(torch::all(attn->temperature == 0.5).item<bool>());
 }

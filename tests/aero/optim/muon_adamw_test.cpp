@@ -9,9 +9,7 @@
 namespace slipstream::aero {
 namespace {
 
-double relative_error(const torch::Tensor& got, const torch::Tensor& want) {
-  return ((got - want).norm() / want.norm()).item<double>();
-}
+using testing::relative_error;
 
 TEST(MuonTest, TwoStepsMatchTorchOptimMuon) {
   const auto f = read_safetensors(testing::fixtures_dir() + "/muon_two_steps.safetensors");
