@@ -146,6 +146,28 @@ __device__ inline uint32_t pack_bf16(float lo, float hi) {
 
 __device__ inline uint32_t load_u32(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const bf16* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+// Two B fragments pairs from a row-major matrix in shared memory, rows the
+// n index: r[0], r[1] are the fragment (k = col0 .. col0 + 15, n = row0 ..
+// row0 + 7), r[2], r[3] the one for n = row0 + 8 .. row0 + 15.
+__device__ inline void b_frags_x4(uint32_t (&r)[4], const bf16* m, int ld, int row0, int col0,
+                                  int lane) {
+  ldmatrix_x4(r, m + (row0 + 8 * (lane / 16) + lane % 8) * ld + col0 + 8 * (lane / 8 % 2));
+}
+
 constexpr int kRegWarps = 8;
 constexpr int kRegThreads = kRegWarps * 32;
 
@@ -209,15 +231,15 @@ struct PointTile {
   // z[j][0..1] row a, z[j][2..3] row b.
   __device__ void logits(const bf16* ws, int ldk, const float* bias2, float scale2, int s0,
                          int lane, float (&z)[2][4]) const {
-    const int r0 = lane / 4, c0 = 2 * (lane % 4);
+    const int c0 = 2 * (lane % 4);
+    uint32_t b[D / 16][4];
+#pragma unroll
+    for (int k = 0; k < D / 16; ++k) b_frags_x4(b[k], ws, ldk, s0, 16 * k, lane);
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       float c[4] = {0.f, 0.f, 0.f, 0.f};
-      const bf16* wrow = ws + (s0 + 8 * j + r0) * ldk + c0;
 #pragma unroll
-      for (int k = 0; k < D / 16; ++k) {
-        mma_16816(c, x[k], load_u32(wrow + 16 * k), load_u32(wrow + 16 * k + 8));
-      }
+      for (int k = 0; k < D / 16; ++k) mma_16816(c, x[k], b[k][2 * j], b[k][2 * j + 1]);
       const float b0 = bias2[s0 + 8 * j + c0], b1 = bias2[s0 + 8 * j + c0 + 1];
       z[j][0] = fmaf(c[0], scale2, b0);
       z[j][1] = fmaf(c[1], scale2, b1);
@@ -314,109 +336,279 @@ __global__ void __launch_bounds__(kRegThreads) lse_kernel(Problem p, int tiles_p
   }
 }
 
-// Chunks of 16 slices a warp owns in reduce_kernel: q = warp + i W.
+// ---- reduce: a block-wide pipeline of 64-point stages ----
+//
+// Each warp owns some chunks of 16 slices (q = warp + i W) for the whole
+// launch and keeps their ws fragments and bias in registers. The block
+// reads x, y and lse of 64 points at a time into shared memory with
+// cp.async, kStages stages in flight, so that every point is read from
+// global memory once per block rather than once per warp; each warp then
+// takes its fragments from there with ldmatrix (x as A, y transposed as B).
 constexpr int kOwnedChunks = (kMaxSlices / 16 + kRegWarps - 1) / kRegWarps;
+constexpr int kStagePoints = 64;
+constexpr int kStages = 4;
 
+// 16 bytes global -> shared, zero-filled when !valid (src is then not read).
+__device__ inline void cp_async16(void* dst, const void* src, bool valid) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ inline void cp_async4(void* dst, const void* src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ inline void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// One pipeline stage of 64 points: T (B, N, H, D) bf16 tensors (64 rows of
+// D each, pitch D + 8: the eight 16-byte rows of an ldmatrix land on
+// distinct banks) and S (B, H, N) fp32 per-point values.
+template <int T, int S>
+struct Stage {
+  int ldx;
+  size_t mat[T], vec[S], bytes;  // offsets in the stage; its size (128-aligned)
+};
+
+template <int T, int S>
+__host__ __device__ inline Stage<T, S> make_stage(int d) {
+  Stage<T, S> st{};
+  st.ldx = d + 8;
+  size_t off = 0;
+  for (int i = 0; i < T; ++i) st.mat[i] = take(off, size_t(kStagePoints) * st.ldx * sizeof(bf16));
+  for (int i = 0; i < S; ++i) st.vec[i] = take(off, kStagePoints * sizeof(float));
+  st.bytes = (off + 127) / 128 * 128;
+  return st;
+}
+
+// The inputs of a stage: where its tensors and per-point values come from,
+// and the value a per-point array takes past the last point (the tensors
+// read as zero there).
+template <int T, int S>
+struct StageSources {
+  const bf16* mat[T];
+  const float* vec[S];
+  float pad[S];
+};
+
+// The block-wide pipeline over stages [s0, s1): kStages - 1 stages are
+// read ahead with cp.async while consume(stage pointer) works on the
+// current one; one barrier per stage.
+template <int D, int T, int S, typename Consume>
+__device__ inline void run_stages(const Stage<T, S>& st, const StageSources<T, S>& src,
+                                  unsigned char* smem, const Head& hd, int64_t s0, int64_t s1,
+                                  Consume consume) {
+  const auto issue = [&](int64_t s) {
+    unsigned char* buf = smem + ((s - s0) % kStages) * st.bytes;
+    const int64_t n0 = s * kStagePoints;
+    constexpr int kPieces = D / 8;
+    for (int i = threadIdx.x; i < kStagePoints * kPieces; i += kRegThreads) {
+      const int r = i / kPieces, c = 8 * (i % kPieces);
+      const bool valid = n0 + r < hd.n;
+      const int64_t off = hd.row(valid ? n0 + r : 0) + c;
+#pragma unroll
+      for (int t = 0; t < T; ++t) {
+        cp_async16(at<bf16>(buf, st.mat[t]) + r * st.ldx + c, src.mat[t] + off, valid);
+      }
+    }
+    for (int r = threadIdx.x; r < kStagePoints; r += kRegThreads) {
+#pragma unroll
+      for (int v = 0; v < S; ++v) {
+        float* dst = at<float>(buf, st.vec[v]) + r;
+        if (n0 + r < hd.n) {
+          cp_async4(dst, src.vec[v] + hd.bh * hd.n + n0 + r);
+        } else {
+          *dst = src.pad[v];
+        }
+      }
+    }
+  };
+#pragma unroll
+  for (int k = 0; k < kStages - 1; ++k) {
+    if (s0 + k < s1) issue(s0 + k);
+    cp_async_commit();
+  }
+  for (int64_t s = s0; s < s1; ++s) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // stage s is in; the buffer of s - 1 is free
+    if (s + kStages - 1 < s1) issue(s + kStages - 1);
+    cp_async_commit();
+    consume(static_cast<const unsigned char*>(smem + ((s - s0) % kStages) * st.bytes));
+  }
+  cp_async_wait<0>();
+}
+
+// This block's stages [s0, s1) of its (batch, head) (blockIdx.x).
+__device__ inline TileRange block_stages(const Problem& p, int stages_per_block) {
+  const int64_t stages = (p.points + kStagePoints - 1) / kStagePoints;
+  const int64_t s0 = int64_t(blockIdx.x) * stages_per_block;
+  return {s0, imin(stages, s0 + stages_per_block)};
+}
+
+// ldmatrix addresses of a 16-row tile at rows rb of a stage matrix: A
+// fragments (m = points, k = 16 of D from col) and, through .trans, B
+// fragments (k = points, n = D): lane l gives row l % 8 of matrix l / 8.
+__device__ inline const bf16* tile_addr(const bf16* m, int ld, int rb, int col, int lane) {
+  return m + (rb + (lane / 8 % 2) * 8 + lane % 8) * ld + col + (lane / 16) * 8;
+}
+
+// A stage tile as B fragments (k = the 16 points, n = D in 8-wide tiles).
+template <int D>
+__device__ inline void tile_b_frags(const bf16* m, int ld, int rb, int lane,
+                                    uint32_t (&b)[D / 8][2]) {
+#pragma unroll
+  for (int k = 0; k < D / 16; ++k) {
+    uint32_t t[4];
+    ldmatrix_x4_trans(t, tile_addr(m, ld, rb, 16 * k, lane));
+    b[2 * k][0] = t[0];
+    b[2 * k][1] = t[1];
+    b[2 * k + 1][0] = t[2];
+    b[2 * k + 1][1] = t[3];
+  }
+}
+
+// A stage tile as A fragments (m = the 16 points, k = D).
+template <int D>
+__device__ inline void tile_a_frags(const bf16* m, int ld, int rb, int lane,
+                                    uint32_t (&a)[D / 16][4]) {
+#pragma unroll
+  for (int k = 0; k < D / 16; ++k) ldmatrix_x4(a[k], tile_addr(m, ld, rb, 16 * k, lane));
+}
+
+// A chunk's (16 slices from s) rows of a (G, D) bf16 matrix in global
+// memory as B fragments (k = D, n = slices): f[j][k][0..1] for the 8-slice
+// tiles j = 0, 1. Zero-cost to hold for a warp that owns the chunk.
+template <int D>
+__device__ inline void chunk_b_frags(const bf16* m, int s, int lane, uint32_t (&f)[2][D / 16][2]) {
+  const int r0 = lane / 4, c0 = 2 * (lane % 4);
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const bf16* row = m + (s + 8 * j + r0) * D + c0;
+#pragma unroll
+    for (int k = 0; k < D / 16; ++k) {
+      f[j][k][0] = load_u32(row + 16 * k);
+      f[j][k][1] = load_u32(row + 16 * k + 8);
+    }
+  }
+}
+
+// The transpose of a 16 x 16 block held as C fragments v[j][0..3] (points x
+// slices), packed to bf16, as an A fragment (slices x points): blocks
+// (0,0), (1,0), (0,1), (1,1) of the transpose are the transposes of the
+// blocks (0,0), (0,1), (1,0), (1,1).
+__device__ inline void pack_transposed(const float (&v)[2][4], uint32_t (&t)[4]) {
+  t[0] = transpose8(pack_bf16(v[0][0], v[0][1]));
+  t[1] = transpose8(pack_bf16(v[1][0], v[1][1]));
+  t[2] = transpose8(pack_bf16(v[0][2], v[0][3]));
+  t[3] = transpose8(pack_bf16(v[1][2], v[1][3]));
+}
+
+// Adds a warp's (16 x D) C-fragment accumulator for the chunk at slice s to
+// out (G x D fp32), and its per-lane column sums cs[j][e] (slices s + 8 j +
+// c0 + e) to colsum when not null.
+template <int D>
+__device__ inline void add_chunk(float* out, float* colsum, int s, int lane,
+                                 const float (&acc)[D / 8][4], const float (&cs)[2][2]) {
+  const int r0 = lane / 4, c0 = 2 * (lane % 4);
+#pragma unroll
+  for (int db = 0; db < D / 8; ++db) {
+    float* o = out + (s + r0) * D + 8 * db + c0;
+    atomicAdd(o, acc[db][0]);
+    atomicAdd(o + 1, acc[db][1]);
+    atomicAdd(o + 8 * D, acc[db][2]);
+    atomicAdd(o + 8 * D + 1, acc[db][3]);
+  }
+  if (colsum == nullptr) return;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float v = cs[j][e];
+      v += __shfl_xor_sync(0xffffffffu, v, 4);
+      v += __shfl_xor_sync(0xffffffffu, v, 8);
+      v += __shfl_xor_sync(0xffffffffu, v, 16);
+      if (lane < 4) atomicAdd(colsum + s + 8 * j + c0 + e, v);
+    }
+  }
+}
+
+// Reduce: each warp owns the chunks q = warp + i W for the whole launch
+// and keeps their ws fragments and bias in registers; stages hold x, y
+// and lse (+inf past the end, so that those weights are exactly zero).
 template <int D>
 __global__ void __launch_bounds__(kRegThreads)
     reduce_kernel(Problem p, const bf16* __restrict__ y, float* __restrict__ acc_out,
-                  float* __restrict__ colsum_out, int tiles_per_block) {
+                  float* __restrict__ colsum_out, int stages_per_block) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int g = static_cast<int>(p.slices);
-  const RegPlan pl = make_reg_plan(D, g, false);
+  const auto st = make_stage<2, 1>(D);
   const Head hd = block_head(p, D, g);
-  const float scale2 = reg_setup<D>(pl, smem, p, hd, nullptr);
-  const bf16* ws = at<bf16>(smem, pl.ws);
-  const float* bias2 = at<float>(smem, pl.bias);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int r0 = lane / 4, c0 = 2 * (lane % 4), chunks = g / 16;
+
+  const float scale2 = kLog2e / p.tau[hd.h];
+  uint32_t wsb[kOwnedChunks][2][D / 16][2];
+  float b2[kOwnedChunks][2][2];
+#pragma unroll
+  for (int i = 0; i < kOwnedChunks; ++i) {
+    const int q = warp + i * kRegWarps;
+    const int s = q < chunks ? 16 * q : 0;
+    chunk_b_frags<D>(static_cast<const bf16*>(p.ws), s, lane, wsb[i]);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      b2[i][j][0] = p.bias[s + 8 * j + c0] * scale2;
+      b2[i][j][1] = p.bias[s + 8 * j + c0 + 1] * scale2;
+    }
+  }
+
   float acc[kOwnedChunks][D / 8][4] = {};
   float cs[kOwnedChunks][2][2] = {};  // slices 8 j + c0 + e, summed over the lane's rows
-  const auto [t0, t1] = block_tiles(p, tiles_per_block);
-  // y's rows of a tile as raw 8 x 8 blocks (points x D), one row pair a lane.
-  const auto read_y = [&](const PointTile<D>& tile, uint32_t(&raw)[D / 8][2]) {
-    const bf16* ya = y + hd.row(tile.va ? tile.na : 0);
-    const bf16* yb = y + hd.row(tile.vb ? tile.nb : 0);
+  const StageSources<2, 1> src{{static_cast<const bf16*>(p.x), y}, {p.lse}, {INFINITY}};
+  const auto [s0, s1] = block_stages(p, stages_per_block);
+  run_stages<D>(st, src, smem, hd, s0, s1, [&](const unsigned char* buf) {
+    const bf16* xs = reinterpret_cast<const bf16*>(buf + st.mat[0]);
+    const bf16* ys = reinterpret_cast<const bf16*>(buf + st.mat[1]);
+    const float* ls = reinterpret_cast<const float*>(buf + st.vec[0]);
+#pragma unroll 1
+    for (int rb = 0; rb < kStagePoints; rb += kRowTile) {
+      uint32_t xa[D / 16][4], yb[D / 8][2];
+      tile_a_frags<D>(xs, st.ldx, rb, lane, xa);
+      tile_b_frags<D>(ys, st.ldx, rb, lane, yb);
+      const float la2 = ls[rb + r0] * kLog2e, lb2 = ls[rb + r0 + 8] * kLog2e;
 #pragma unroll
-    for (int db = 0; db < D / 8; ++db) {
-      raw[db][0] = tile.va ? load_u32(ya + 8 * db + c0) : 0u;
-      raw[db][1] = tile.vb ? load_u32(yb + 8 * db + c0) : 0u;
-    }
-  };
-  // Software-pipelined: the next tile's x, y and lse are read while this
-  // one is worked on.
-  PointTile<D> tile(p, hd, t0, lane, true);
-  uint32_t y_raw[D / 8][2];
-  read_y(tile, y_raw);
-  for (int64_t t = t0; t < t1; ++t) {
-    PointTile<D> next = tile;
-    uint32_t y_next[D / 8][2] = {};
-    if (t + 1 < t1) {
-      next = PointTile<D>(p, hd, t + 1, lane, true);
-      read_y(next, y_next);
-    }
-    // y as B fragments (k = points, n = D): the blocks transposed.
-    uint32_t yb[D / 8][2];
-#pragma unroll
-    for (int db = 0; db < D / 8; ++db) {
-      yb[db][0] = transpose8(y_raw[db][0]);
-      yb[db][1] = transpose8(y_raw[db][1]);
-    }
-#pragma unroll
-    for (int i = 0; i < kOwnedChunks; ++i) {
-      const int q = warp + i * kRegWarps;
-      if (q < chunks) {
-        float z[2][4], w[2][4];
-        tile.logits(ws, pl.ldk, bias2, scale2, 16 * q, lane, z);
-        tile.weights(z, w);
+      for (int i = 0; i < kOwnedChunks; ++i) {
+        if (warp + i * kRegWarps >= chunks) continue;
+        float w[2][4];
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
+          float c[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+          for (int k = 0; k < D / 16; ++k) mma_16816(c, xa[k], wsb[i][j][k][0], wsb[i][j][k][1]);
+          w[j][0] = exp2_approx(fmaf(c[0], scale2, b2[i][j][0]) - la2);
+          w[j][1] = exp2_approx(fmaf(c[1], scale2, b2[i][j][1]) - la2);
+          w[j][2] = exp2_approx(fmaf(c[2], scale2, b2[i][j][0]) - lb2);
+          w[j][3] = exp2_approx(fmaf(c[3], scale2, b2[i][j][1]) - lb2);
           cs[i][j][0] += w[j][0] + w[j][2];
           cs[i][j][1] += w[j][1] + w[j][3];
         }
-        // The weights' 8 x 8 blocks (points x slices) -> W^T (slices x
-        // points) as an A fragment: blocks (0,0), (1,0), (0,1), (1,1) of W^T
-        // are the transposes of W's (0,0), (0,1), (1,0), (1,1).
-        const uint32_t wt[4] = {
-            transpose8(pack_bf16(w[0][0], w[0][1])), transpose8(pack_bf16(w[1][0], w[1][1])),
-            transpose8(pack_bf16(w[0][2], w[0][3])), transpose8(pack_bf16(w[1][2], w[1][3]))};
+        uint32_t wt[4];
+        pack_transposed(w, wt);
 #pragma unroll
         for (int db = 0; db < D / 8; ++db) mma_16816(acc[i][db], wt, yb[db][0], yb[db][1]);
       }
     }
-    tile = next;
-#pragma unroll
-    for (int db = 0; db < D / 8; ++db) {
-      y_raw[db][0] = y_next[db][0];
-      y_raw[db][1] = y_next[db][1];
-    }
-  }
-  float* out = acc_out + hd.bh * int64_t(g) * D;
+  });
+
 #pragma unroll
   for (int i = 0; i < kOwnedChunks; ++i) {
     const int q = warp + i * kRegWarps;
     if (q >= chunks) continue;
-#pragma unroll
-    for (int db = 0; db < D / 8; ++db) {
-      float* o = out + (16 * q + r0) * D + 8 * db + c0;
-      atomicAdd(o, acc[i][db][0]);
-      atomicAdd(o + 1, acc[i][db][1]);
-      atomicAdd(o + 8 * D, acc[i][db][2]);
-      atomicAdd(o + 8 * D + 1, acc[i][db][3]);
-    }
-    if (colsum_out != nullptr) {
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float v = cs[i][j][e];
-          v += __shfl_xor_sync(0xffffffffu, v, 4);
-          v += __shfl_xor_sync(0xffffffffu, v, 8);
-          v += __shfl_xor_sync(0xffffffffu, v, 16);
-          if (lane < 4) atomicAdd(colsum_out + hd.bh * g + 16 * q + 8 * j + c0 + e, v);
-        }
-      }
-    }
+    add_chunk<D>(acc_out + hd.bh * int64_t(g) * D,
+                 colsum_out == nullptr ? nullptr : colsum_out + hd.bh * g, 16 * q, lane, acc[i],
+                 cs[i]);
   }
 }
 
@@ -433,7 +625,6 @@ __global__ void __launch_bounds__(kRegThreads)
   const bf16* zt = at<bf16>(smem, pl.zt);
   const float* bias2 = at<float>(smem, pl.bias);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int r0 = lane / 4, c0 = 2 * (lane % 4);
   const auto [t0, t1] = block_tiles(p, tiles_per_block);
   for (int64_t t = t0 + warp; t < t1; t += kRegWarps) {
     const PointTile<D> tile(p, hd, t, lane, true);
@@ -447,9 +638,11 @@ __global__ void __launch_bounds__(kRegThreads)
       const uint32_t pw[4] = {pack_bf16(w[0][0], w[0][1]), pack_bf16(w[0][2], w[0][3]),
                               pack_bf16(w[1][0], w[1][1]), pack_bf16(w[1][2], w[1][3])};
 #pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
-        const bf16* zrow = zt + (8 * dt + r0) * pl.ldg + s0 + c0;
-        mma_16816(acc[dt], pw, load_u32(zrow), load_u32(zrow + 8));
+      for (int dt = 0; dt < D / 8; dt += 2) {
+        uint32_t b[4];
+        b_frags_x4(b, zt, pl.ldg, 8 * dt, s0, lane);
+        mma_16816(acc[dt], pw, b[0], b[1]);
+        mma_16816(acc[dt + 1], pw, b[2], b[3]);
       }
     }
     tile.store(out, hd, lane, acc);
@@ -467,13 +660,6 @@ __global__ void __launch_bounds__(kRegThreads)
 //           a column of ones, added to block-wide fp32 sums in shared memory.
 // The B operands whose k runs over slices (ws and gs, stored slices x D)
 // come through ldmatrix.trans.
-
-__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16* p) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
 
 // B fragments (k = the 16 slices from s0, n = D in 8-wide tiles) of a
 // (G x D) matrix in shared memory with pitch ldk: b[dt][0..1].
@@ -575,15 +761,19 @@ __global__ void __launch_bounds__(kBackThreads, 2)
     const auto chunk = [&](int s0, float(&z)[2][4], float(&w)[2][4], float(&dl)[2][4]) {
       tile.logits(ws, pl.ldk, bias2, scale2, s0, lane, z);
       tile.weights(z, w);
+      uint32_t ob[D / 16][4], gb[D / 16][4];
+#pragma unroll
+      for (int k = 0; k < D / 16; ++k) {
+        b_frags_x4(ob[k], os, pl.ldk, s0, 16 * k, lane);
+        b_frags_x4(gb[k], gs, pl.ldk, s0, 16 * k, lane);
+      }
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         float c[4] = {0.f, 0.f, 0.f, 0.f};
-        const bf16* orow = os + (s0 + 8 * j + r0) * pl.ldk + c0;
-        const bf16* grow = gs + (s0 + 8 * j + r0) * pl.ldk + c0;
 #pragma unroll
         for (int k = 0; k < D / 16; ++k) {
-          mma_16816(c, go[k], load_u32(orow + 16 * k), load_u32(orow + 16 * k + 8));
-          mma_16816(c, fv[k], load_u32(grow + 16 * k), load_u32(grow + 16 * k + 8));
+          mma_16816(c, go[k], ob[k][2 * j], ob[k][2 * j + 1]);
+          mma_16816(c, fv[k], gb[k][2 * j], gb[k][2 * j + 1]);
         }
         const float n0 = gnorm[s0 + 8 * j + c0], n1 = gnorm[s0 + 8 * j + c0 + 1];
         dl[j][0] = c[0] + n0;
@@ -723,10 +913,11 @@ void reduce_d(const Problem& p, const void* y, float* acc, float* colsum, bool c
     lse_kernel<D><<<grid, kRegThreads, smem, stream>>>(p, per);
     check_launch("lse");
   }
-  // Every warp of a reduce block walks all of the block's tiles.
-  const dim3 grid = launch_grid(reduce_kernel<D>, kRegThreads, smem, p, &per, kRowTile);
+  // Every warp of a reduce block walks all of the block's 64-point stages.
+  const size_t stage_smem = make_stage<2, 1>(D).bytes * kStages;
+  const dim3 grid = launch_grid(reduce_kernel<D>, kRegThreads, stage_smem, p, &per, kStagePoints);
   reduce_kernel<D>
-      <<<grid, kRegThreads, smem, stream>>>(p, static_cast<const bf16*>(y), acc, colsum, per);
+      <<<grid, kRegThreads, stage_smem, stream>>>(p, static_cast<const bf16*>(y), acc, colsum, per);
   check_launch("reduce");
 }
 
