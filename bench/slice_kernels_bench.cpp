@@ -1,13 +1,15 @@
 // Times the fused slice kernels one by one on the GPU, on the volume
 // recipe's shapes (B 1, N 200k, H 8, D 32, G 256 unless given), and one
 // physics-attention layer's forward + backward, fused against plain, with its
-// peak memory. Usage: slice_kernels_bench [points] [reps]
+// peak memory; also the bias gradient's column sum on (points, 256) and
+// (points, 1024). Usage: slice_kernels_bench [points] [reps]
 //
 // A kernel's FLOPs count its tensor-core matrix products (2 per multiply-
 // add), its bytes the global memory it must read and write (the recomputed
 // points x slices weights never touch it). Figures are wall time over `reps`
 // back-to-back launches after warm-up, divided by reps.
 #include "aero/device/device.h"
+#include "aero/model/linear.h"
 #include "aero/model/slice_ops.h"
 #include "aero/model/transolver.h"
 
@@ -75,6 +77,12 @@ int main(int argc, char** argv) {
          mac);
   report("backward", time_ms([&] { slice_ops::backward(in, lse, fx, gout, os, gs, gnorm); }, reps),
          6, 5 * row + lse_bytes, mac);
+
+  for (const int64_t width : {c, 4 * c}) {
+    const auto m = torch::randn({n, width}, bf);
+    const std::string name = "column_sum " + std::to_string(width);
+    report(name.c_str(), time_ms([&] { column_sum(m); }, reps), 0, double(n) * width * 2, 0);
+  }
 
   // One layer, forward + backward, as the trainer runs it (bf16 autocast).
   TransolverOptions o;

@@ -3,7 +3,16 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include <cstdint>
+
 #include "aero/device/device.h"
+
+#ifdef SLIPSTREAM_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "aero/model/kernels/column_sum_kernels.h"
+#endif
 
 namespace slipstream::aero {
 namespace {
@@ -44,6 +53,21 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
 
 at::Tensor column_sum(const at::Tensor& m) {
   const int64_t rows = m.size(0), width = m.size(1);
+#ifdef SLIPSTREAM_WITH_CUDA
+  if (m.is_cuda() && m.scalar_type() == at::kBFloat16 && column_sum_kernels::supported(width)) {
+    const auto c = m.contiguous();
+    if (reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 == 0) {
+      const c10::cuda::CUDAGuard guard(c.device());
+      const auto f32 = c.options().dtype(at::kFloat);
+      auto partial = at::empty({column_sum_kernels::partial_rows(rows, width), width}, f32);
+      auto out = at::empty({width}, f32);
+      column_sum_kernels::column_sum(c.data_ptr(), rows, width, partial.data_ptr<float>(),
+                                     out.data_ptr<float>(),
+                                     at::cuda::getCurrentCUDAStream(c.get_device()).stream());
+      return out;
+    }
+  }
+#endif
   const auto acc = at::promote_types(m.scalar_type(), at::kFloat);
   int64_t fold = 1;
   for (const int64_t f : {8, 4, 2}) {

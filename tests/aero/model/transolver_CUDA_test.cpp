@@ -1,9 +1,11 @@
 // LayerNorm in bf16 on the GPU (run by scripts/device_check.sh; skipped
 // without CUDA): the fused kernels against fp32 at::layer_norm, the ATen
 // fallback's dtype rules, and the whole Transolver with the bf16 LayerNorm
-// against autocast's own fp32 LayerNorm, both measured against fp32.
+// against autocast's own fp32 LayerNorm, both measured against fp32. Also
+// the bias gradient's column-sum kernels against an fp64 sum.
 #include "aero/device/device.h"
 #include "aero/model/fused_layer_norm.h"
+#include "aero/model/linear.h"
 #include "aero/model/transolver.h"
 
 #include "support/test_support.h"
@@ -43,6 +45,32 @@ TEST(LayerNormInAutocastDtypeTest, StaysInBf16UnderAutocastOnly_CUDA) {
   }
   // Without autocast: plain at::layer_norm.
   EXPECT_TRUE(torch::equal(layer_norm_in_autocast_dtype(x, {256}, w, b, 1e-5), want));
+}
+
+// column_sum on CUDA bf16 (the kernels for widths a multiple of 8 up to
+// 2048, ATen's wide-view sum otherwise) against fp64: the same result to
+// fp32 rounding, for row counts that leave partial sweeps and blocks, and
+// the same bits on a second call (no atomics).
+TEST(ColumnSumCudaTest, MatchesFp64SumAndRepeatsBitwise_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  const auto opts = torch::TensorOptions().device(torch::kCUDA);
+  for (const int64_t width : {8, 40, 256, 1000, 1024, 2048, 12, 4096}) {
+    for (const int64_t rows : {0, 1, 33, 4099, 200003}) {
+      torch::manual_seed(width * 7 + rows);
+      const auto m = (torch::randn({rows, width}, opts) + 0.25).to(torch::kBFloat16);
+      const auto s = column_sum(m);
+      SCOPED_TRACE("width " + std::to_string(width) + ", rows " + std::to_string(rows));
+      EXPECT_EQ(s.scalar_type(), torch::kFloat);
+      ASSERT_EQ(s.sizes(), (std::vector<int64_t>{width}));
+      const auto want = m.to(torch::kDouble).sum(0);
+      if (rows == 0) {
+        EXPECT_EQ(s.abs().max().item<float>(), 0.0f);
+        continue;
+      }
+      EXPECT_LT(relative_error(s, want), 2e-6);
+      EXPECT_TRUE(torch::equal(s, column_sum(m)));
+    }
+  }
 }
 
 // The kernels on the same bf16 values as an fp32 reference: output and
