@@ -163,10 +163,12 @@ BackwardResult backward(const Weights& in, const at::Tensor& lse, const at::Tens
     auto k = kernel_inputs(in, lse);
     const auto fxb = bf16(fx), gob = bf16(gout), osb = bf16(os), gsb = bf16(gs);
     const auto gn = f32(gnorm);
+    auto dot = at::empty({in.x.size(0), h, in.x.size(1)}, in.x.options().dtype(at::kFloat));
     slice_kernels::backward(k.problem, fxb.data_ptr(), gob.data_ptr(), osb.data_ptr(),
                             gsb.data_ptr(), gn.data_ptr<float>(), r.grad_x.data_ptr(),
                             r.grad_fx.data_ptr(), r.grad_ws.data_ptr<float>(),
-                            r.grad_bias.data_ptr<float>(), r.tau_acc.data_ptr<float>());
+                            r.grad_bias.data_ptr<float>(), r.tau_acc.data_ptr<float>(),
+                            dot.data_ptr<float>());
     return r;
   }
 #endif

@@ -649,17 +649,23 @@ __global__ void __launch_bounds__(kRegThreads)
   }
 }
 
-// ---- the backward kernel, also in registers ----
+// ---- the backward kernels ----
 //
-// Per 16-point tile a warp makes two passes over the chunks of 16 slices,
-// recomputing the logits and dL/dw = gout os^T + fx gs^T + gnorm each time:
-//   pass 1: the weights; dot = sum_g w dL/dw per point, grad_fx = w gs;
-//   pass 2: dL/dz = w (dL/dw - dot), grad_x = (dL/dz / tau) ws, tau's sum,
-//           and the sums over points for grad_ws and grad_bias: (dL/dz /
-//           tau)^T (slices x points, transposed with movmatrix) times x and
-//           a column of ones, added to block-wide fp32 sums in shared memory.
+// backward_kernel, row ownership: per 16-point tile a warp makes two
+// passes over the chunks of 16 slices, recomputing the logits and dL/dw =
+// gout os^T + fx gs^T + gnorm each time:
+//   pass 1: the weights; dot = sum_g w dL/dw per point (written out),
+//           grad_fx = w gs;
+//   pass 2: dL/dz = w (dL/dw - dot), grad_x = (dL/dz / tau) ws, tau's sum.
 // The B operands whose k runs over slices (ws and gs, stored slices x D)
 // come through ldmatrix.trans.
+// weight_grad_kernel, column ownership (the reduce's pipeline): each warp
+// owns one chunk of slices and sums over points grad_ws = (dL/dz / tau)^T
+// x and grad_bias = sum (dL/dz / tau), recomputing the weights and dL/dw
+// for its chunk from stages of x, gout, fx, lse and dot. Sums over points
+// with row ownership would need every warp to add to all G x D sums: as
+// shared-memory float atomics (a compare-and-swap loop) they cost more than
+// the recomputation.
 
 // B fragments (k = the 16 slices from s0, n = D in 8-wide tiles) of a
 // (G x D) matrix in shared memory with pitch ldk: b[dt][0..1].
@@ -681,17 +687,15 @@ __device__ inline void slice_b_frags(const bf16* m, int ldk, int s0, int lane,
 constexpr int kBackWarps = 8;
 constexpr int kBackThreads = kBackWarps * 32;
 
-// ws, os, gs (G x D bf16, pitch D + 8), bias2, gnorm, and the block's fp32
-// sums for grad_ws (G x D, pitch D + 8) and grad_bias.
+// ws, os, gs (G x D bf16, pitch D + 8), bias2 and gnorm.
 struct BackPlan {
-  int ldk, ldw;
-  size_t ws, os, gs, bias, gnorm, gws, gbias, bytes;
+  int ldk;
+  size_t ws, os, gs, bias, gnorm, bytes;
 };
 
 __host__ __device__ inline BackPlan make_back_plan(int d, int g) {
   BackPlan pl{};
   pl.ldk = d + 8;
-  pl.ldw = d + 8;
   size_t off = 0;
   const size_t mat = size_t(g) * pl.ldk * sizeof(bf16);
   pl.ws = take(off, mat);
@@ -699,8 +703,6 @@ __host__ __device__ inline BackPlan make_back_plan(int d, int g) {
   pl.gs = take(off, mat);
   pl.bias = take(off, g * sizeof(float));
   pl.gnorm = take(off, g * sizeof(float));
-  pl.gws = take(off, size_t(g) * pl.ldw * sizeof(float));
-  pl.gbias = take(off, g * sizeof(float));
   pl.bytes = off;
   return pl;
 }
@@ -719,9 +721,8 @@ __global__ void __launch_bounds__(kBackThreads, 2)
     backward_kernel(Problem p, const bf16* __restrict__ fx, const bf16* __restrict__ gout,
                     const bf16* __restrict__ os_in, const bf16* __restrict__ gs_in,
                     const float* __restrict__ gnorm_in, bf16* __restrict__ grad_x,
-                    bf16* __restrict__ grad_fx, float* __restrict__ grad_ws,
-                    float* __restrict__ grad_bias, float* __restrict__ tau_acc,
-                    int tiles_per_block) {
+                    bf16* __restrict__ grad_fx, float* __restrict__ dot_out,
+                    float* __restrict__ tau_acc, int tiles_per_block) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int W = kBackWarps;
   const int g = static_cast<int>(p.slices);
@@ -732,24 +733,17 @@ __global__ void __launch_bounds__(kBackThreads, 2)
   bf16* gs = at<bf16>(smem, pl.gs);
   float* bias2 = at<float>(smem, pl.bias);
   float* gnorm = at<float>(smem, pl.gnorm);
-  float* gws = at<float>(smem, pl.gws);
-  float* gbias = at<float>(smem, pl.gbias);
   const int64_t mat = hd.bh * int64_t(g) * D;
   load_matrix<D, W>(ws, pl.ldk, static_cast<const bf16*>(p.ws), g);
   load_matrix<D, W>(os, pl.ldk, os_in + mat, g);
   load_matrix<D, W>(gs, pl.ldk, gs_in + mat, g);
-  for (int i = threadIdx.x; i < g; i += kBackThreads) {
-    gnorm[i] = gnorm_in[hd.bh * g + i];
-    gbias[i] = 0.0f;
-  }
-  for (int i = threadIdx.x; i < g * pl.ldw; i += kBackThreads) gws[i] = 0.0f;
+  for (int i = threadIdx.x; i < g; i += kBackThreads) gnorm[i] = gnorm_in[hd.bh * g + i];
   const float scale2 = load_bias2<W>(bias2, p, hd.h, g);
   const float inv_tau = 1.0f / p.tau[hd.h];
   __syncthreads();
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int r0 = lane / 4, c0 = 2 * (lane % 4);
-  const uint32_t ones = pack_bf16(1.0f, 1.0f);
+  const int c0 = 2 * (lane % 4);
   float tau_sum = 0.0f;  // of (dL/dz) z2, z2 = z log2(e)
   const auto [t0, t1] = block_tiles(p, tiles_per_block);
   for (int64_t t = t0 + warp; t < t1; t += W) {
@@ -808,15 +802,12 @@ __global__ void __launch_bounds__(kBackThreads, 2)
       dot[r] += __shfl_xor_sync(0xffffffffu, dot[r], 1);
       dot[r] += __shfl_xor_sync(0xffffffffu, dot[r], 2);
     }
-
-    // Pass 2. x as B fragments (k = points, n = D): its A fragments' 8 x 8
-    // blocks transposed.
-    uint32_t xb[D / 8][2];
-#pragma unroll
-    for (int db = 0; db < D / 8; ++db) {
-      xb[db][0] = transpose8(tile.x[db / 2][(db % 2) * 2]);
-      xb[db][1] = transpose8(tile.x[db / 2][(db % 2) * 2 + 1]);
+    if (lane % 4 == 0) {
+      if (tile.va) dot_out[hd.bh * hd.n + tile.na] = dot[0];
+      if (tile.vb) dot_out[hd.bh * hd.n + tile.nb] = dot[1];
     }
+
+    // Pass 2.
     float ax[D / 8][4] = {};
     for (int s0 = 0; s0 < g; s0 += 16) {
       float z[2][4], w[2][4], dl[2][4], gl[2][4];
@@ -835,36 +826,97 @@ __global__ void __launch_bounds__(kBackThreads, 2)
       slice_b_frags<D>(ws, pl.ldk, s0, lane, b);
 #pragma unroll
       for (int dt = 0; dt < D / 8; ++dt) mma_16816(ax[dt], pg, b[dt][0], b[dt][1]);
-      // (dL/dlogits)^T: blocks (0,0), (1,0), (0,1), (1,1) are the transposes
-      // of the (points x slices) blocks (0,0), (0,1), (1,0), (1,1).
-      const uint32_t pt[4] = {transpose8(pg[0]), transpose8(pg[2]), transpose8(pg[1]),
-                              transpose8(pg[3])};
-#pragma unroll
-      for (int db = 0; db < D / 8; ++db) {
-        float c[4] = {0.f, 0.f, 0.f, 0.f};
-        mma_16816(c, pt, xb[db][0], xb[db][1]);
-        float* o = gws + (s0 + r0) * pl.ldw + 8 * db + c0;
-        atomicAdd(o, c[0]);
-        atomicAdd(o + 1, c[1]);
-        atomicAdd(o + 8 * pl.ldw, c[2]);
-        atomicAdd(o + 8 * pl.ldw + 1, c[3]);
-      }
-      float c[4] = {0.f, 0.f, 0.f, 0.f};  // every column: the sum over the 16 points
-      mma_16816(c, pt, ones, ones);
-      if (c0 == 0) {
-        atomicAdd(gbias + s0 + r0, c[0]);
-        atomicAdd(gbias + s0 + r0 + 8, c[2]);
-      }
     }
     tile.store(grad_x, hd, lane, ax);
   }
-  __syncthreads();
-  for (int i = threadIdx.x; i < g * D; i += kBackThreads) {
-    atomicAdd(grad_ws + i, gws[(i / D) * pl.ldw + i % D]);
-  }
-  for (int i = threadIdx.x; i < g; i += kBackThreads) atomicAdd(grad_bias + i, gbias[i]);
   tau_sum = warp_sum(tau_sum) * kLn2;
   if (lane == 0) atomicAdd(tau_acc + hd.h, tau_sum);
+}
+
+// grad_ws and grad_bias (see above): the chunk of warp w is blockIdx.z W +
+// w; stages hold x, gout, fx, lse (+inf past the end: zero weights) and dot.
+template <int D>
+__global__ void __launch_bounds__(kRegThreads)
+    weight_grad_kernel(Problem p, const bf16* __restrict__ gout, const bf16* __restrict__ fx,
+                       const bf16* __restrict__ os_in, const bf16* __restrict__ gs_in,
+                       const float* __restrict__ gnorm_in, const float* __restrict__ dot,
+                       float* __restrict__ grad_ws, float* __restrict__ grad_bias,
+                       int stages_per_block) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int g = static_cast<int>(p.slices);
+  const auto st = make_stage<3, 2>(D);
+  const Head hd = block_head(p, D, g);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int r0 = lane / 4, c0 = 2 * (lane % 4);
+  const int q = blockIdx.z * kRegWarps + warp;
+  const bool owner = q < g / 16;
+  const int s = owner ? 16 * q : 0;
+
+  // The chunk's ws, os and gs as B fragments (k = D), bias2 and gnorm.
+  const float scale2 = kLog2e / p.tau[hd.h], inv_tau = 1.0f / p.tau[hd.h];
+  const int64_t mat = hd.bh * int64_t(g) * D;
+  uint32_t wsb[2][D / 16][2], osb[2][D / 16][2], gsb[2][D / 16][2];
+  chunk_b_frags<D>(static_cast<const bf16*>(p.ws), s, lane, wsb);
+  chunk_b_frags<D>(os_in + mat, s, lane, osb);
+  chunk_b_frags<D>(gs_in + mat, s, lane, gsb);
+  float b2[2][2], gn[2][2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      b2[j][e] = p.bias[s + 8 * j + c0 + e] * scale2;
+      gn[j][e] = gnorm_in[hd.bh * g + s + 8 * j + c0 + e];
+    }
+  }
+
+  float acc[D / 8][4] = {};
+  float cs[2][2] = {};  // grad_bias of slices s + 8 j + c0 + e, over the lane's rows
+  const StageSources<3, 2> src{
+      {static_cast<const bf16*>(p.x), gout, fx}, {p.lse, dot}, {INFINITY, 0.0f}};
+  const auto [s0, s1] = block_stages(p, stages_per_block);
+  run_stages<D>(st, src, smem, hd, s0, s1, [&](const unsigned char* buf) {
+    if (!owner) return;
+    const bf16* xs = reinterpret_cast<const bf16*>(buf + st.mat[0]);
+    const bf16* gos = reinterpret_cast<const bf16*>(buf + st.mat[1]);
+    const bf16* fxs = reinterpret_cast<const bf16*>(buf + st.mat[2]);
+    const float* ls = reinterpret_cast<const float*>(buf + st.vec[0]);
+    const float* ds = reinterpret_cast<const float*>(buf + st.vec[1]);
+#pragma unroll 1
+    for (int rb = 0; rb < kStagePoints; rb += kRowTile) {
+      uint32_t xa[D / 16][4], ga[D / 16][4], fa[D / 16][4], xb[D / 8][2];
+      tile_a_frags<D>(xs, st.ldx, rb, lane, xa);
+      tile_a_frags<D>(gos, st.ldx, rb, lane, ga);
+      tile_a_frags<D>(fxs, st.ldx, rb, lane, fa);
+      tile_b_frags<D>(xs, st.ldx, rb, lane, xb);
+      const float la2 = ls[rb + r0] * kLog2e, lb2 = ls[rb + r0 + 8] * kLog2e;
+      const float da = ds[rb + r0], db = ds[rb + r0 + 8];
+      float gl[2][4];
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        float c[4] = {0.f, 0.f, 0.f, 0.f}, d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int k = 0; k < D / 16; ++k) {
+          mma_16816(c, xa[k], wsb[j][k][0], wsb[j][k][1]);
+          mma_16816(d, ga[k], osb[j][k][0], osb[j][k][1]);
+          mma_16816(d, fa[k], gsb[j][k][0], gsb[j][k][1]);
+        }
+        // dL/dlogits = w (dL/dw - dot) / tau
+        gl[j][0] = exp2_approx(fmaf(c[0], scale2, b2[j][0]) - la2) * (d[0] + gn[j][0] - da);
+        gl[j][1] = exp2_approx(fmaf(c[1], scale2, b2[j][1]) - la2) * (d[1] + gn[j][1] - da);
+        gl[j][2] = exp2_approx(fmaf(c[2], scale2, b2[j][0]) - lb2) * (d[2] + gn[j][0] - db);
+        gl[j][3] = exp2_approx(fmaf(c[3], scale2, b2[j][1]) - lb2) * (d[3] + gn[j][1] - db);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) gl[j][e] *= inv_tau;
+        cs[j][0] += gl[j][0] + gl[j][2];
+        cs[j][1] += gl[j][1] + gl[j][3];
+      }
+      uint32_t gt[4];
+      pack_transposed(gl, gt);
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) mma_16816(acc[dt], gt, xb[dt][0], xb[dt][1]);
+    }
+  });
+  if (owner) add_chunk<D>(grad_ws, grad_bias, s, lane, acc, cs);
 }
 
 void check_launch(const char* what) { kernels::check_launch("slice kernels", what); }
@@ -875,7 +927,7 @@ using kernels::sm_count;
 // taking an equal run of tiles of its (batch, head).
 template <typename Kernel>
 dim3 launch_grid(Kernel kernel, int threads, size_t smem, const Problem& p, int* tiles_per_block,
-                 int tile) {
+                 int tile, int splits = 1) {
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(smem)) != cudaSuccess) {
     check_launch("cudaFuncSetAttribute");
@@ -886,11 +938,12 @@ dim3 launch_grid(Kernel kernel, int threads, size_t smem, const Problem& p, int*
   const int64_t heads = p.batch * p.heads;
   const int64_t tiles = (p.points + tile - 1) / tile;
   // Rounded down: a block past the wave would double the kernel's time.
-  int64_t chunks = int64_t(sm_count()) * per_sm / heads;
+  int64_t chunks = int64_t(sm_count()) * per_sm / (heads * splits);
   chunks = std::max<int64_t>(1, std::min(chunks, tiles));
   const int64_t per = (tiles + chunks - 1) / chunks;
   *tiles_per_block = static_cast<int>(per);
-  return dim3(static_cast<unsigned>((tiles + per - 1) / per), static_cast<unsigned>(heads));
+  return dim3(static_cast<unsigned>((tiles + per - 1) / per), static_cast<unsigned>(heads),
+              static_cast<unsigned>(splits));
 }
 
 void check_problem(const Problem& p) {
@@ -935,16 +988,28 @@ void expand_d(const Problem& p, const void* z, void* out) {
 template <int D>
 void backward_d(const Problem& p, const void* fx, const void* gout, const void* os, const void* gs,
                 const float* gnorm, void* grad_x, void* grad_fx, float* grad_ws, float* grad_bias,
-                float* tau_acc) {
+                float* tau_acc, float* dot) {
   if (p.points == 0) return;
+  const auto stream = static_cast<cudaStream_t>(p.stream);
+  const auto* fx_b = static_cast<const bf16*>(fx);
+  const auto* gout_b = static_cast<const bf16*>(gout);
+  const auto* os_b = static_cast<const bf16*>(os);
+  const auto* gs_b = static_cast<const bf16*>(gs);
   const size_t smem = make_back_plan(D, static_cast<int>(p.slices)).bytes;
   int per = 0;
   const dim3 grid = launch_grid(backward_kernel<D>, kBackThreads, smem, p, &per, kRowTile);
-  backward_kernel<D><<<grid, kBackThreads, smem, static_cast<cudaStream_t>(p.stream)>>>(
-      p, static_cast<const bf16*>(fx), static_cast<const bf16*>(gout), static_cast<const bf16*>(os),
-      static_cast<const bf16*>(gs), gnorm, static_cast<bf16*>(grad_x), static_cast<bf16*>(grad_fx),
-      grad_ws, grad_bias, tau_acc, per);
+  backward_kernel<D><<<grid, kBackThreads, smem, stream>>>(
+      p, fx_b, gout_b, os_b, gs_b, gnorm, static_cast<bf16*>(grad_x), static_cast<bf16*>(grad_fx),
+      dot, tau_acc, per);
   check_launch("backward");
+  // One warp per chunk of 16 slices: ceil(chunks / W) blocks per stage run.
+  const int splits = static_cast<int>((p.slices / 16 + kRegWarps - 1) / kRegWarps);
+  const size_t stage_smem = make_stage<3, 2>(D).bytes * kStages;
+  const dim3 wgrid =
+      launch_grid(weight_grad_kernel<D>, kRegThreads, stage_smem, p, &per, kStagePoints, splits);
+  weight_grad_kernel<D><<<wgrid, kRegThreads, stage_smem, stream>>>(
+      p, gout_b, fx_b, os_b, gs_b, gnorm, dot, grad_ws, grad_bias, per);
+  check_launch("weight gradient");
 }
 
 }  // namespace
@@ -986,17 +1051,17 @@ void expand(const Problem& p, const void* z, void* out) {
 
 void backward(const Problem& p, const void* fx, const void* gout, const void* os, const void* gs,
               const float* gnorm, void* grad_x, void* grad_fx, float* grad_ws, float* grad_bias,
-              float* tau_acc) {
+              float* tau_acc, float* dot) {
   check_problem(p);
   switch (p.dim) {
     case 16:
-      backward_d<16>(p, fx, gout, os, gs, gnorm, grad_x, grad_fx, grad_ws, grad_bias, tau_acc);
+      backward_d<16>(p, fx, gout, os, gs, gnorm, grad_x, grad_fx, grad_ws, grad_bias, tau_acc, dot);
       break;
     case 32:
-      backward_d<32>(p, fx, gout, os, gs, gnorm, grad_x, grad_fx, grad_ws, grad_bias, tau_acc);
+      backward_d<32>(p, fx, gout, os, gs, gnorm, grad_x, grad_fx, grad_ws, grad_bias, tau_acc, dot);
       break;
     default:
-      backward_d<64>(p, fx, gout, os, gs, gnorm, grad_x, grad_fx, grad_ws, grad_bias, tau_acc);
+      backward_d<64>(p, fx, gout, os, gs, gnorm, grad_x, grad_fx, grad_ws, grad_bias, tau_acc, dot);
       break;
   }
 }

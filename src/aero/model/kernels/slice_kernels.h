@@ -50,9 +50,11 @@ void expand(const Problem& p, const void* z, void* out);
 // output), gs = dL/dS (S the un-normalised slice sums) and gnorm =
 // dL/d(sum_n w), it forms dL/dw = gout os^T + fx gs^T + gnorm, the softmax
 // backward, and writes grad_x, grad_fx, adds to grad_ws, grad_bias and
-// tau_acc[h] += sum (dL/dz) * z (the caller turns it into dL/dtau).
+// tau_acc[h] += sum (dL/dz) * z (the caller turns it into dL/dtau). dot:
+// (B, H, N) fp32 scratch (the per-point sum_g w dL/dw, passed from the
+// kernel that forms grad_x to the one that forms grad_ws and grad_bias).
 void backward(const Problem& p, const void* fx, const void* gout, const void* os, const void* gs,
               const float* gnorm, void* grad_x, void* grad_fx, float* grad_ws, float* grad_bias,
-              float* tau_acc);
+              float* tau_acc, float* dot);
 
 }  // namespace slipstream::aero::slice_kernels
