@@ -1,11 +1,16 @@
 // The slice kernels of physics attention: see slice_kernels.h for the maths
 // and layouts. Every kernel owns one (batch, head) per block and a run of
-// 16-point tiles, and recomputes the points x slices weights from x instead
-// of reading them; they never reach global memory. All of them keep the
+// points, and recomputes the points x slices weights from x instead of
+// reading them; they never reach global memory. All of them keep the
 // weights in registers: mma.sync m16n8k16 products whose accumulators are
-// turned into weights in place and fed back as the next product's operand,
-// with no shared memory written and no barrier crossed in the point loop
-// (see "the forward kernels" and "the backward kernel" below).
+// turned into weights in place and fed back as the next product's operand.
+// Two shapes of work:
+//   row ownership (lse, expand, backward): a warp owns 16-point tiles and
+//     runs every chunk of 16 slices on them, reading its own rows;
+//   column ownership (reduce, weight_grad): a warp owns chunks of slices
+//     and sums over all the block's points, which the block reads once into
+//     a cp.async pipeline of 64-point stages in shared memory.
+// See "the forward kernels", "reduce" and "the backward kernels" below.
 #include "aero/model/kernels/launch.h"
 #include "aero/model/kernels/slice_kernels.h"
 
@@ -117,9 +122,8 @@ __device__ inline float load_bias2(float* bias2, const Problem& p, int h, int g)
 // (fragment layouts: PTX ISA, "Matrix Fragments for mma.m16n8k16"; an
 // 8 x 8 block in that row/column pattern is what movmatrix transposes).
 //   lse:    rows of 16 points, online log-sum-exp over the chunks.
-//   reduce: each warp owns some chunks of slices and walks every tile of
-//           the block; the weights, transposed with movmatrix, are the A
-//           operand of (slices x points) (points x D).
+//   reduce: column ownership (below); the weights, transposed with
+//           movmatrix, are the A operand of (slices x points) (points x D).
 //   expand: each warp owns its tiles; the weights are the A operand of
 //           (points x slices) (slices x D), chunk by chunk.
 
