@@ -668,8 +668,8 @@ __global__ void __launch_bounds__(kRegThreads)
 // x and grad_bias = sum (dL/dz / tau), recomputing the weights and dL/dw
 // for its chunk from stages of x, gout, fx, lse and dot. Sums over points
 // with row ownership would need every warp to add to all G x D sums: as
-// shared-memory float atomics (a compare-and-swap loop) they cost more than
-// the recomputation.
+// shared-memory float atomics (a compare-and-swap loop: ATOMS adds integers
+// only) they cost more than the recomputation (2.28 against 1.26 ms).
 
 // B fragments (k = the 16 slices from s0, n = D in 8-wide tiles) of a
 // (G x D) matrix in shared memory with pitch ldk: b[dt][0..1].
