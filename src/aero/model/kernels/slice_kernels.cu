@@ -720,6 +720,18 @@ __device__ inline void pack_a(const float (&v)[2][4], uint32_t (&a)[4]) {
   a[3] = pack_bf16(v[1][2], v[1][3]);
 }
 
+// acc (16 points x D, C fragments) += v (16 points x the 16 slices from
+// s0, as [j][0..3]) m[s0 .. s0 + 15, :], m a (G x D) matrix in shared memory.
+template <int D>
+__device__ inline void add_points_slices(float (&acc)[D / 8][4], const float (&v)[2][4],
+                                         const bf16* m, int ldk, int s0, int lane) {
+  uint32_t a[4], b[D / 8][2];
+  pack_a(v, a);
+  slice_b_frags<D>(m, ldk, s0, lane, b);
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) mma_16816(acc[dt], a, b[dt][0], b[dt][1]);
+}
+
 template <int D>
 __global__ void __launch_bounds__(kBackThreads, 2)
     backward_kernel(Problem p, const bf16* __restrict__ fx, const bf16* __restrict__ gout,
@@ -793,11 +805,7 @@ __global__ void __launch_bounds__(kBackThreads, 2)
           dot[0] += w[j][0] * dl[j][0] + w[j][1] * dl[j][1];
           dot[1] += w[j][2] * dl[j][2] + w[j][3] * dl[j][3];
         }
-        uint32_t pw[4], b[D / 8][2];
-        pack_a(w, pw);
-        slice_b_frags<D>(gs, pl.ldk, s0, lane, b);
-#pragma unroll
-        for (int dt = 0; dt < D / 8; ++dt) mma_16816(afx[dt], pw, b[dt][0], b[dt][1]);
+        add_points_slices<D>(afx, w, gs, pl.ldk, s0, lane);
       }
       tile.store(grad_fx, hd, lane, afx);
     }
@@ -825,11 +833,7 @@ __global__ void __launch_bounds__(kBackThreads, 2)
           gl[j][e] = gz * inv_tau;  // dL/dlogits
         }
       }
-      uint32_t pg[4], b[D / 8][2];
-      pack_a(gl, pg);
-      slice_b_frags<D>(ws, pl.ldk, s0, lane, b);
-#pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) mma_16816(ax[dt], pg, b[dt][0], b[dt][1]);
+      add_points_slices<D>(ax, gl, ws, pl.ldk, s0, lane);
     }
     tile.store(grad_x, hd, lane, ax);
   }
