@@ -77,9 +77,10 @@ struct TileRange {
   int64_t t0, t1;
 };
 
-// This block's run [t0, t1) of 16-point tiles (blockIdx.x).
-__device__ inline TileRange block_tiles(const Problem& p, int tiles_per_block) {
-  const int64_t tiles = (p.points + kRowTile - 1) / kRowTile;
+// This block's run [t0, t1) of `size`-point tiles (blockIdx.x): 16-point
+// warp tiles or 64-point pipeline stages.
+__device__ inline TileRange block_tiles(const Problem& p, int tiles_per_block, int size) {
+  const int64_t tiles = (p.points + size - 1) / size;
   const int64_t t0 = int64_t(blockIdx.x) * tiles_per_block;
   return {t0, imin(tiles, t0 + tiles_per_block)};
 }
@@ -279,10 +280,18 @@ struct PointTile {
   }
 };
 
+// A row-ownership forward block's shared memory once set up.
+struct RegBlock {
+  const bf16* ws;      // G x D, pitch ldk
+  const bf16* zt;      // D x G, pitch ldg (expand only)
+  const float* bias2;  // bias log2(e) / tau
+  float scale2;        // log2(e) / tau
+};
+
 // ws and bias2 into shared memory (and z transposed when given); syncs.
 template <int D>
-__device__ inline float reg_setup(const RegPlan& pl, unsigned char* smem, const Problem& p,
-                                  const Head& hd, const bf16* z) {
+__device__ inline RegBlock reg_setup(const RegPlan& pl, unsigned char* smem, const Problem& p,
+                                     const Head& hd, const bf16* z) {
   load_matrix<D, kRegWarps>(at<bf16>(smem, pl.ws), pl.ldk, static_cast<const bf16*>(p.ws), hd.g);
   if (z != nullptr) {
     bf16* zt = at<bf16>(smem, pl.zt);
@@ -290,7 +299,8 @@ __device__ inline float reg_setup(const RegPlan& pl, unsigned char* smem, const 
   }
   const float scale2 = load_bias2<kRegWarps>(at<float>(smem, pl.bias), p, hd.h, hd.g);
   __syncthreads();
-  return scale2;
+  return {at<bf16>(smem, pl.ws), z != nullptr ? at<bf16>(smem, pl.zt) : nullptr,
+          at<float>(smem, pl.bias), scale2};
 }
 
 template <int D>
@@ -299,17 +309,15 @@ __global__ void __launch_bounds__(kRegThreads) lse_kernel(Problem p, int tiles_p
   const int g = static_cast<int>(p.slices);
   const RegPlan pl = make_reg_plan(D, g, false);
   const Head hd = block_head(p, D, g);
-  const float scale2 = reg_setup<D>(pl, smem, p, hd, nullptr);
-  const bf16* ws = at<bf16>(smem, pl.ws);
-  const float* bias2 = at<float>(smem, pl.bias);
+  const RegBlock rb = reg_setup<D>(pl, smem, p, hd, nullptr);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const auto [t0, t1] = block_tiles(p, tiles_per_block);
+  const auto [t0, t1] = block_tiles(p, tiles_per_block, kRowTile);
   for (int64_t t = t0 + warp; t < t1; t += kRegWarps) {
     const PointTile<D> tile(p, hd, t, lane, false);
     float m[2] = {-INFINITY, -INFINITY}, sum[2] = {0.f, 0.f};  // rows a, b
     for (int s0 = 0; s0 < g; s0 += 16) {
       float z[2][4];
-      tile.logits(ws, pl.ldk, bias2, scale2, s0, lane, z);
+      tile.logits(rb.ws, pl.ldk, rb.bias2, rb.scale2, s0, lane, z);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const float cm =
@@ -445,13 +453,6 @@ __device__ inline void run_stages(const Stage<T, S>& st, const StageSources<T, S
   cp_async_wait<0>();
 }
 
-// This block's stages [s0, s1) of its (batch, head) (blockIdx.x).
-__device__ inline TileRange block_stages(const Problem& p, int stages_per_block) {
-  const int64_t stages = (p.points + kStagePoints - 1) / kStagePoints;
-  const int64_t s0 = int64_t(blockIdx.x) * stages_per_block;
-  return {s0, imin(stages, s0 + stages_per_block)};
-}
-
 // ldmatrix addresses of a 16-row tile at rows rb of a stage matrix: A
 // fragments (m = points, k = 16 of D from col) and, through .trans, B
 // fragments (k = points, n = D): lane l gives row l % 8 of matrix l / 8.
@@ -571,7 +572,7 @@ __global__ void __launch_bounds__(kRegThreads)
   float acc[kOwnedChunks][D / 8][4] = {};
   float cs[kOwnedChunks][2][2] = {};  // slices 8 j + c0 + e, summed over the lane's rows
   const StageSources<2, 1> src{{static_cast<const bf16*>(p.x), y}, {p.lse}, {INFINITY}};
-  const auto [s0, s1] = block_stages(p, stages_per_block);
+  const auto [s0, s1] = block_tiles(p, stages_per_block, kStagePoints);
   run_stages<D>(st, src, smem, hd, s0, s1, [&](const unsigned char* buf) {
     const bf16* xs = reinterpret_cast<const bf16*>(buf + st.mat[0]);
     const bf16* ys = reinterpret_cast<const bf16*>(buf + st.mat[1]);
@@ -624,18 +625,15 @@ __global__ void __launch_bounds__(kRegThreads)
   const int g = static_cast<int>(p.slices);
   const RegPlan pl = make_reg_plan(D, g, true);
   const Head hd = block_head(p, D, g);
-  const float scale2 = reg_setup<D>(pl, smem, p, hd, z_in + hd.bh * int64_t(g) * D);
-  const bf16* ws = at<bf16>(smem, pl.ws);
-  const bf16* zt = at<bf16>(smem, pl.zt);
-  const float* bias2 = at<float>(smem, pl.bias);
+  const RegBlock rb = reg_setup<D>(pl, smem, p, hd, z_in + hd.bh * int64_t(g) * D);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const auto [t0, t1] = block_tiles(p, tiles_per_block);
+  const auto [t0, t1] = block_tiles(p, tiles_per_block, kRowTile);
   for (int64_t t = t0 + warp; t < t1; t += kRegWarps) {
     const PointTile<D> tile(p, hd, t, lane, true);
     float acc[D / 8][4] = {};
     for (int s0 = 0; s0 < g; s0 += 16) {
       float z[2][4], w[2][4];
-      tile.logits(ws, pl.ldk, bias2, scale2, s0, lane, z);
+      tile.logits(rb.ws, pl.ldk, rb.bias2, rb.scale2, s0, lane, z);
       tile.weights(z, w);
       // The weights as an A fragment (points x slices): blocks (0,0), (1,0),
       // (0,1), (1,1).
@@ -644,7 +642,7 @@ __global__ void __launch_bounds__(kRegThreads)
 #pragma unroll
       for (int dt = 0; dt < D / 8; dt += 2) {
         uint32_t b[4];
-        b_frags_x4(b, zt, pl.ldg, 8 * dt, s0, lane);
+        b_frags_x4(b, rb.zt, pl.ldg, 8 * dt, s0, lane);
         mma_16816(acc[dt], pw, b[0], b[1]);
         mma_16816(acc[dt + 1], pw, b[2], b[3]);
       }
@@ -761,7 +759,7 @@ __global__ void __launch_bounds__(kBackThreads, 2)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int c0 = 2 * (lane % 4);
   float tau_sum = 0.0f;  // of (dL/dz) z2, z2 = z log2(e)
-  const auto [t0, t1] = block_tiles(p, tiles_per_block);
+  const auto [t0, t1] = block_tiles(p, tiles_per_block, kRowTile);
   for (int64_t t = t0 + warp; t < t1; t += W) {
     const PointTile<D> tile(p, hd, t, lane, true);
     uint32_t go[D / 16][4], fv[D / 16][4];
@@ -881,7 +879,7 @@ __global__ void __launch_bounds__(kRegThreads)
   float cs[2][2] = {};  // grad_bias of slices s + 8 j + c0 + e, over the lane's rows
   const StageSources<3, 2> src{
       {static_cast<const bf16*>(p.x), gout, fx}, {p.lse, dot}, {INFINITY, 0.0f}};
-  const auto [s0, s1] = block_stages(p, stages_per_block);
+  const auto [s0, s1] = block_tiles(p, stages_per_block, kStagePoints);
   run_stages<D>(st, src, smem, hd, s0, s1, [&](const unsigned char* buf) {
     if (!owner) return;
     const bf16* xs = reinterpret_cast<const bf16*>(buf + st.mat[0]);
