@@ -4,10 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
 #include <array>
 #include <cstdio>
 #include <filesystem>
-#include <sys/wait.h>
 
 namespace slipstream {
 namespace {
@@ -51,8 +51,8 @@ TEST(CliTest, ConfigTypoFailsNamingTheKeyBeforeAnyWork) {
 
 TEST(CliTest, MissingDatasetDirectoryFailsNamingIt) {
   testing::TempDir dir;
-  const auto r = slipstream("train output_dir=" + dir.path() + " run_id=x dataset.path=" +
-                            dir.path() + "/no-such-data");
+  const auto r = slipstream("train output_dir=" + dir.path() +
+                            " run_id=x dataset.path=" + dir.path() + "/no-such-data");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.output.find("no-such-data"), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir.path() + "/x/checkpoints"));
@@ -65,7 +65,8 @@ TEST(CliTest, MakeSyntheticThenTrainFromDiskAndFailOnATruncatedSample) {
   ASSERT_EQ(r.code, 0) << r.output;
   r = slipstream("train output_dir=" + dir.path() + " run_id=ok dataset.path=" + data + kTiny);
   ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/ok/checkpoints/checkpoint_epoch_0001.safetensors"));
+  EXPECT_TRUE(
+      std::filesystem::exists(dir.path() + "/ok/checkpoints/checkpoint_epoch_0001.safetensors"));
 
   const std::string victim = data + "/sample_00001.safetensors";
   std::filesystem::resize_file(victim, 100);

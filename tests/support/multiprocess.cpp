@@ -31,8 +31,7 @@ int free_port() {
 
 bool is_worker() { return std::getenv("SLIPSTREAM_TEST_WORKER") != nullptr; }
 
-void run_ranks(int world_size, const std::function<void()>& body,
-               const std::string& extra_env) {
+void run_ranks(int world_size, const std::function<void()>& body, const std::string& extra_env) {
   if (is_worker()) {
     body();
     return;
@@ -46,7 +45,8 @@ void run_ranks(int world_size, const std::function<void()>& body,
     std::vector<std::string> env_strings;
     for (char** e = environ; *e != nullptr; ++e) {
       const std::string kv = *e;
-      for (const char* skip : {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "MASTER_ADDR=", "MASTER_PORT="}) {
+      for (const char* skip :
+           {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "MASTER_ADDR=", "MASTER_PORT="}) {
         if (kv.rfind(skip, 0) == 0) goto next;
       }
       env_strings.push_back(kv);
@@ -75,7 +75,8 @@ void run_ranks(int world_size, const std::function<void()>& body,
   setenv("MASTER_ADDR", "127.0.0.1", 1);
   setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
   body();
-  for (const char* v : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) unsetenv(v);
+  for (const char* v : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"})
+    unsetenv(v);
   for (size_t i = 0; i < pids.size(); ++i) {
     int status = 0;
     waitpid(pids[i], &status, 0);

@@ -89,12 +89,12 @@ void check_watertight(const TriangleMesh& mesh) {
 
 TriangleMesh make_icosphere(double r, const std::array<double, 3>& center, int subdivisions) {
   const double t = (1.0 + std::sqrt(5.0)) / 2.0;
-  std::vector<V3> v = {{-1, t, 0}, {1, t, 0}, {-1, -t, 0}, {1, -t, 0}, {0, -1, t}, {0, 1, t},
-                       {0, -1, -t}, {0, 1, -t}, {t, 0, -1}, {t, 0, 1}, {-t, 0, -1}, {-t, 0, 1}};
+  std::vector<V3> v = {{-1, t, 0},  {1, t, 0},  {-1, -t, 0}, {1, -t, 0}, {0, -1, t},  {0, 1, t},
+                       {0, -1, -t}, {0, 1, -t}, {t, 0, -1},  {t, 0, 1},  {-t, 0, -1}, {-t, 0, 1}};
   std::vector<std::array<int64_t, 3>> f = {
-      {0, 11, 5}, {0, 5, 1},  {0, 1, 7},   {0, 7, 10}, {0, 10, 11}, {1, 5, 9}, {5, 11, 4},
+      {0, 11, 5},  {0, 5, 1},  {0, 1, 7},  {0, 7, 10}, {0, 10, 11}, {1, 5, 9}, {5, 11, 4},
       {11, 10, 2}, {10, 7, 6}, {7, 1, 8},  {3, 9, 4},  {3, 4, 2},   {3, 2, 6}, {3, 6, 8},
-      {3, 8, 9},  {4, 9, 5},  {2, 4, 11},  {6, 2, 10}, {8, 6, 7},   {9, 8, 1}};
+      {3, 8, 9},   {4, 9, 5},  {2, 4, 11}, {6, 2, 10}, {8, 6, 7},   {9, 8, 1}};
   for (auto& p : v) p = unit(p);
   for (int s = 0; s < subdivisions; ++s) {
     std::map<std::pair<int64_t, int64_t>, int64_t> mid;
@@ -256,9 +256,12 @@ void SignedDistance::query(const torch::Tensor& points_in, torch::Tensor& sdf,
       nearest(p, best, face, c, feature);
       const auto& f = mesh_.faces[face];
       V3 pseudo;
-      if (feature == 0) pseudo = face_normals_[face];
-      else if (feature <= 3) pseudo = vertex_normals_[f[feature - 1]];
-      else pseudo = edge_normals_[face][feature - 4];
+      if (feature == 0)
+        pseudo = face_normals_[face];
+      else if (feature <= 3)
+        pseudo = vertex_normals_[f[feature - 1]];
+      else
+        pseudo = edge_normals_[face][feature - 4];
       const V3 d = sub(V3{p[0], p[1], p[2]}, c);
       const double dist = std::sqrt(best);
       const double sign = dot(d, pseudo) >= 0 ? 1.0 : -1.0;

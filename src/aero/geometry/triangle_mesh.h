@@ -43,14 +43,14 @@ class SignedDistance {
     int32_t begin = 0, end = 0;     // triangle range for a leaf
   };
   int32_t build(int32_t begin, int32_t end);
-  void nearest(const double* p, double& best_d2, int64_t& best_face, std::array<double, 3>& best_point,
-               int& feature) const;
+  void nearest(const double* p, double& best_d2, int64_t& best_face,
+               std::array<double, 3>& best_point, int& feature) const;
 
   TriangleMesh mesh_;
   std::vector<int64_t> order_;  // triangle ids, permuted by the BVH
   std::vector<Node> nodes_;
-  std::vector<std::array<double, 3>> face_normals_;       // unit
-  std::vector<std::array<double, 3>> vertex_normals_;     // angle-weighted
+  std::vector<std::array<double, 3>> face_normals_;                 // unit
+  std::vector<std::array<double, 3>> vertex_normals_;               // angle-weighted
   std::vector<std::array<std::array<double, 3>, 3>> edge_normals_;  // per face, edges 01,12,20
 };
 

@@ -27,7 +27,8 @@ torch::Tensor newton_schulz_orthogonalize(const torch::Tensor& update, const Muo
 namespace {
 
 // The momentum step; returns the update to orthogonalise.
-torch::Tensor muon_momentum(const torch::Tensor& grad, torch::Tensor& buffer, const MuonOptions& o) {
+torch::Tensor muon_momentum(const torch::Tensor& grad, torch::Tensor& buffer,
+                            const MuonOptions& o) {
   buffer.lerp_(grad, 1.0 - o.momentum);
   return o.nesterov ? grad.lerp(buffer, o.momentum) : buffer;
 }
@@ -36,15 +37,15 @@ void muon_apply(torch::Tensor& param, const torch::Tensor& ortho, double lr, dou
                 const MuonOptions& o) {
   const double rows = static_cast<double>(param.size(0)), cols = static_cast<double>(param.size(1));
   const double ratio = o.adjust_lr == "match_rms_adamw" ? 0.2 * std::sqrt(std::max(rows, cols))
-                                                         : std::sqrt(std::max(1.0, rows / cols));
+                                                        : std::sqrt(std::max(1.0, rows / cols));
   param.mul_(1.0 - lr * weight_decay);
   param.add_(ortho.to(param.scalar_type()), -lr * ratio);
 }
 
 }  // namespace
 
-void muon_update(torch::Tensor& param, const torch::Tensor& grad, torch::Tensor& buffer,
-                 double lr, double weight_decay, const MuonOptions& o) {
+void muon_update(torch::Tensor& param, const torch::Tensor& grad, torch::Tensor& buffer, double lr,
+                 double weight_decay, const MuonOptions& o) {
   torch::NoGradGuard no_grad;
   muon_apply(param, newton_schulz_orthogonalize(muon_momentum(grad, buffer, o), o), lr,
              weight_decay, o);

@@ -45,8 +45,8 @@ struct OptimizerOptions {
 
 // One Muon step on a matrix `param` with gradient `grad` and momentum buffer
 // `buffer` (updated in place). Exposed for the reference test.
-void muon_update(torch::Tensor& param, const torch::Tensor& grad, torch::Tensor& buffer,
-                 double lr, double weight_decay, const MuonOptions& options);
+void muon_update(torch::Tensor& param, const torch::Tensor& grad, torch::Tensor& buffer, double lr,
+                 double weight_decay, const MuonOptions& options);
 
 // The orthogonalisation alone, of one matrix (r, c) or of a stack (k, r, c),
 // each matrix on its own (batched matrix products).

@@ -81,7 +81,8 @@ VolumeMesh read_vtu(const std::string& path, const std::vector<std::string>& fie
         have += std::string(have.empty() ? "" : ", ") + grid->GetPointData()->GetArrayName(i);
       }
       for (int i = 0; i < grid->GetCellData()->GetNumberOfArrays(); ++i) {
-        have += std::string(have.empty() ? "" : ", ") + grid->GetCellData()->GetArrayName(i) + " (cell)";
+        have += std::string(have.empty() ? "" : ", ") + grid->GetCellData()->GetArrayName(i) +
+                " (cell)";
       }
       TORCH_CHECK(false, "vtk: '", path, "' has no field '", name, "' (it has: ", have, ")");
     }

@@ -13,8 +13,8 @@
 namespace slipstream::aero {
 
 struct VolumeMesh {
-  torch::Tensor points;                          // (N,3) float32
-  std::map<std::string, torch::Tensor> fields;   // name -> (N,C) float32
+  torch::Tensor points;                         // (N,3) float32
+  std::map<std::string, torch::Tensor> fields;  // name -> (N,C) float32
 };
 
 // Reads the named fields of a .vtu as point data; a field stored as cell

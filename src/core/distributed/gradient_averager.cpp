@@ -43,9 +43,8 @@ GradientAverager::GradientAverager(std::vector<at::Tensor> parameters, Communica
   }
   for (size_t k = 0; k < params_.size(); ++k) {
     if (!params_[k].requires_grad()) continue;
-    hook_ids_.push_back(params_[k].register_hook([this, k](const at::Tensor& grad) {
-      on_gradient(k, grad);
-    }));
+    hook_ids_.push_back(
+        params_[k].register_hook([this, k](const at::Tensor& grad) { on_gradient(k, grad); }));
   }
 }
 

@@ -3,9 +3,9 @@
 // RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT name this process
 // and the rendezvous; rank 0 hosts a c10d TCPStore there and every rank
 // joins it (under torchrun, which sets TORCHELASTIC_USE_AGENT_STORE=True, the
-// agent hosts it and rank 0 joins too). The backend is Gloo for CPU tensors and NCCL for CUDA tensors,
-// whichever this build has (Debian's LibTorch has Gloo; the GPU image's has
-// NCCL). A world of one needs no environment and returns no communicator.
+// agent hosts it and rank 0 joins too). The backend is Gloo for CPU tensors and NCCL for CUDA
+// tensors, whichever this build has (Debian's LibTorch has Gloo; the GPU image's has NCCL). A world
+// of one needs no environment and returns no communicator.
 #pragma once
 
 #include "core/distributed/communicator.h"
@@ -36,8 +36,7 @@ struct ProcessGroupOptions {
 };
 
 // Joins the process group; returns null for a world of one.
-std::unique_ptr<Communicator> init_process_group(const DistributedEnv& env,
-                                                 c10::Device device,
+std::unique_ptr<Communicator> init_process_group(const DistributedEnv& env, c10::Device device,
                                                  const ProcessGroupOptions& options = {});
 
 // Which backends this build can create.

@@ -20,8 +20,7 @@ ReadbackPolicy parse_readback_policy(const std::string& name) {
   if (name == "async") return ReadbackPolicy::kAsync;
   if (name == "blocking") return ReadbackPolicy::kBlocking;
   if (name == "none") return ReadbackPolicy::kNone;
-  TORCH_CHECK(false, "readback policy '", name,
-              "' is not one of: async, blocking, none");
+  TORCH_CHECK(false, "readback policy '", name, "' is not one of: async, blocking, none");
 }
 
 std::string to_string(ReadbackPolicy policy) {
@@ -38,9 +37,7 @@ std::string to_string(ReadbackPolicy policy) {
 
 LandingProbe event_landing_probe() {
   LandingProbe probe;
-  probe.has_landed = [](const PendingStep& p) {
-    return !p.event.has_value() || p.event->query();
-  };
+  probe.has_landed = [](const PendingStep& p) { return !p.event.has_value() || p.event->query(); };
   // c10::Event has no portable host wait across LibTorch versions; polling
   // the query is the only host wait in the readback, and runs at drain only.
   probe.wait = [](const PendingStep& p) {
@@ -52,8 +49,7 @@ LandingProbe event_landing_probe() {
   return probe;
 }
 
-at::Tensor reduce_step_scalars(const StepScalars& scalars, Communicator* comm,
-                               int64_t step) {
+at::Tensor reduce_step_scalars(const StepScalars& scalars, Communicator* comm, int64_t step) {
   const auto& entries = scalars.entries();
   TORCH_CHECK(!entries.empty(), "readback: step ", step, " has no values");
   const auto device = entries.front().value.device();
@@ -71,19 +67,18 @@ at::Tensor reduce_step_scalars(const StepScalars& scalars, Communicator* comm,
                   "' has an undefined tensor");
       TORCH_CHECK(e.value.dim() == 0, "readback: step ", step, " key '", e.key,
                   "' must be a 0-d tensor, got shape ", e.value.sizes());
-      TORCH_CHECK(e.value.device() == device, "readback: step ", step, " key '",
-                  e.key, "' is on ", e.value.device(), ", expected ", device);
+      TORCH_CHECK(e.value.device() == device, "readback: step ", step, " key '", e.key, "' is on ",
+                  e.value.device(), ", expected ", device);
       same_dtype &= e.value.scalar_type() == entries.front().value.scalar_type();
       values.push_back(e.value);
       if (pass == 1) {
-        TORCH_CHECK(e.finite_count.dim() == 0, "readback: step ", step, " key '",
-                    e.key, "' finite-target count must be a 0-d tensor, got shape ",
+        TORCH_CHECK(e.finite_count.dim() == 0, "readback: step ", step, " key '", e.key,
+                    "' finite-target count must be a 0-d tensor, got shape ",
                     e.finite_count.sizes());
-        TORCH_CHECK(e.finite_count.device() == device, "readback: step ", step,
-                    " key '", e.key, "' count is on ", e.finite_count.device(),
-                    ", expected ", device);
-        same_count_dtype &= counts.empty() ||
-                            e.finite_count.scalar_type() == counts.front().scalar_type();
+        TORCH_CHECK(e.finite_count.device() == device, "readback: step ", step, " key '", e.key,
+                    "' count is on ", e.finite_count.device(), ", expected ", device);
+        same_count_dtype &=
+            counts.empty() || e.finite_count.scalar_type() == counts.front().scalar_type();
         counts.push_back(e.finite_count);
       }
     }
@@ -129,8 +124,7 @@ StepReadback::StepReadback(Deliver deliver, Options options)
               "readback: the landing probe needs has_landed and wait");
 }
 
-StepReadback::StepReadback(Deliver deliver)
-    : StepReadback(std::move(deliver), Options{}) {}
+StepReadback::StepReadback(Deliver deliver) : StepReadback(std::move(deliver), Options{}) {}
 
 StepReadback::~StepReadback() = default;
 
@@ -151,18 +145,17 @@ void StepReadback::check_keys(int64_t step, const StepScalars& scalars) {
   for (size_t i = 0; i < std::max(keys.size(), entries.size()); ++i) {
     const std::string got = i < entries.size() ? entries[i].key : "<none>";
     const std::string want = i < keys.size() ? keys[i] : "<none>";
-    TORCH_CHECK(got == want, options_.name, " readback: step ", step,
-                " has key '", got, "' at position ", i, " where the first step had '",
-                want, "'; every step must report the same keys in the same order");
-    TORCH_CHECK(entries[i].finite_count.defined() == counted_[i], options_.name,
-                " readback: step ", step, " key '", got,
+    TORCH_CHECK(got == want, options_.name, " readback: step ", step, " has key '", got,
+                "' at position ", i, " where the first step had '", want,
+                "'; every step must report the same keys in the same order");
+    TORCH_CHECK(entries[i].finite_count.defined() == counted_[i], options_.name, " readback: step ",
+                step, " key '", got,
                 counted_[i] ? "' has no finite-target count, but the first step's had one"
                             : "' has a finite-target count, but the first step's had none");
   }
 }
 
-void StepReadback::start(int64_t step, const StepScalars& scalars,
-                         NamedValues host) {
+void StepReadback::start(int64_t step, const StepScalars& scalars, NamedValues host) {
   if (options_.policy == ReadbackPolicy::kNone) return;
   check_keys(step, scalars);
   at::Tensor reduced = reduce_step_scalars(scalars, options_.comm, step);
@@ -178,9 +171,8 @@ void StepReadback::start(int64_t step, const StepScalars& scalars,
   } else if (options_.policy == ReadbackPolicy::kBlocking) {
     p.host_buffer = reduced.cpu();
   } else {
-    p.host_buffer = at::empty(
-        reduced.sizes(),
-        reduced.options().device(at::kCPU).pinned_memory(true));
+    p.host_buffer =
+        at::empty(reduced.sizes(), reduced.options().device(at::kCPU).pinned_memory(true));
     p.host_buffer.copy_(reduced, /*non_blocking=*/true);
     const auto* impl = c10::impl::getDeviceGuardImpl(device.type());
     c10::Event event(device.type());
@@ -202,8 +194,7 @@ StepRecord StepReadback::finish(PendingStep& p) const {
   const at::Tensor buffer = p.host_buffer.contiguous();
   TORCH_INTERNAL_ASSERT(buffer.numel() == k + m);
   const double* data = buffer.data_ptr<double>();
-  const int world =
-      options_.comm != nullptr ? std::max(1, options_.comm->world_size()) : 1;
+  const int world = options_.comm != nullptr ? std::max(1, options_.comm->world_size()) : 1;
   // Readback order is [unmasked sums..., counted weighted sums..., counts...].
   StepRecord record;
   record.step = p.step;
@@ -218,9 +209,8 @@ StepRecord StepReadback::finish(PendingStep& p) const {
         if (world > 1) value /= world;
       } else {
         const double count = data[k + (slot - (k - m))];
-        TORCH_CHECK(std::isfinite(count) && count >= 0, options_.name,
-                    " readback: step ", p.step, " key '", keys[i],
-                    "' has finite-target count ", count,
+        TORCH_CHECK(std::isfinite(count) && count >= 0, options_.name, " readback: step ", p.step,
+                    " key '", keys[i], "' has finite-target count ", count,
                     " (summed over ranks); expected a finite count >= 0");
         value = count > 0 ? value / count : std::numeric_limits<double>::quiet_NaN();
       }
@@ -265,8 +255,7 @@ ReadbackScope::~ReadbackScope() {
   try {
     readback_.deliver_landed();
   } catch (const std::exception& e) {
-    std::cerr << "readback: while unwinding, delivering landed steps failed: "
-              << e.what() << '\n';
+    std::cerr << "readback: while unwinding, delivering landed steps failed: " << e.what() << '\n';
   }
   readback_.discard();
 }

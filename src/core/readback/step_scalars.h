@@ -17,8 +17,8 @@ class StepScalars {
  public:
   struct Entry {
     std::string key;
-    at::Tensor value;           // 0-d, any floating dtype
-    at::Tensor finite_count;    // 0-d or undefined (unmasked: count 1)
+    at::Tensor value;         // 0-d, any floating dtype
+    at::Tensor finite_count;  // 0-d or undefined (unmasked: count 1)
   };
 
   // An unmasked value: every rank contributes with weight 1.

@@ -21,8 +21,7 @@ void ConsoleSink::write(const LogRecord& record) {
   const double mem = record.get("mem_gb");
   char line[256];
   std::snprintf(line, sizeof(line), "Epoch %lld [%lld/%lld] Loss: %.6f Step: %.3fs Mem: %.2fGB",
-                static_cast<long long>(record.epoch),
-                static_cast<long long>(record.index_in_epoch),
+                static_cast<long long>(record.epoch), static_cast<long long>(record.index_in_epoch),
                 static_cast<long long>(record.steps_in_epoch), record.get("loss"),
                 record.get("step_time_s"), std::isnan(mem) ? 0.0 : mem);
   if (tty_) {
@@ -60,8 +59,8 @@ void ConsoleSink::end_epoch(int64_t epoch) {
       if (seen.insert(f.key).second) keys.push_back(f.key);
     }
   }
-  std::fprintf(out_, "Epoch %lld summary\n  %-28s %14s %14s\n", static_cast<long long>(epoch),
-               "", "train", "val");
+  std::fprintf(out_, "Epoch %lld summary\n  %-28s %14s %14s\n", static_cast<long long>(epoch), "",
+               "train", "val");
   for (const auto& key : keys) {
     auto cell = [&](const char* phase) {
       auto it = summaries_.find(phase);

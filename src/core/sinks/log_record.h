@@ -26,11 +26,11 @@ struct Field {
 };
 
 struct LogRecord {
-  std::string kind;        // JSONL "kind": train_step, val_step, train_summary, ...
-  std::string phase;       // "train" or "val"
-  bool per_step = true;    // TensorBoard prefix: iteration/ (true) or epoch/
-  int64_t tb_step = 0;     // TensorBoard's x axis
-  int64_t epoch = 0;       // console: "Epoch <epoch> [<index>/<count>]"
+  std::string kind;      // JSONL "kind": train_step, val_step, train_summary, ...
+  std::string phase;     // "train" or "val"
+  bool per_step = true;  // TensorBoard prefix: iteration/ (true) or epoch/
+  int64_t tb_step = 0;   // TensorBoard's x axis
+  int64_t epoch = 0;     // console: "Epoch <epoch> [<index>/<count>]"
   int64_t index_in_epoch = 0;
   int64_t steps_in_epoch = 0;
   std::vector<Field> fields;

@@ -19,9 +19,8 @@ void MetricsLogger::each(const char* what, F&& f) {
       f(*slot.sink);
     } catch (const std::exception& e) {
       if (slot.failures++ == 0) {
-        std::cerr << "slipstream: log sink '" << slot.sink->name()
-                  << "' failed on " << what << ": " << e.what()
-                  << " (reported once; training continues)\n";
+        std::cerr << "slipstream: log sink '" << slot.sink->name() << "' failed on " << what << ": "
+                  << e.what() << " (reported once; training continues)\n";
       }
     }
   }
@@ -31,8 +30,7 @@ void MetricsLogger::write(const LogRecord& record) {
   each(record.kind.c_str(), [&](Sink& s) { s.write(record); });
 }
 
-void MetricsLogger::write_document(const std::string& kind,
-                                   const nlohmann::json& doc) {
+void MetricsLogger::write_document(const std::string& kind, const nlohmann::json& doc) {
   each(kind.c_str(), [&](Sink& s) { s.write_document(kind, doc); });
 }
 

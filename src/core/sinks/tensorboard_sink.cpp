@@ -15,9 +15,8 @@ void TensorBoardSink::write(const LogRecord& record) {
     std::string tag = tensorboard_tag(record, f);
     if (!tag.empty()) values.emplace_back(std::move(tag), static_cast<float>(f.value));
   }
-  const double wall = std::chrono::duration<double>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
+  const double wall =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   writer->add_scalars(record.tb_step, wall, values);
 }
 

@@ -63,13 +63,15 @@ TEST(EventFileWriterTest, CorruptedByteIsReportedWithTheFileAndOffset) {
 TEST(EventFileWriterTest, KnownEncodingOfAScalarEvent) {
   // Event{wall_time=0, step=1, summary{value{tag="a", simple_value=1.0}}}
   const std::string got = encode_scalar_event(1, 0.0, {{"a", 1.0f}});
-  const std::string want("\x09\0\0\0\0\0\0\0\0"  // field 1 fixed64
-                         "\x10\x01"              // field 2 varint 1
-                         "\x2a\x0a"              // field 5, 10 bytes
-                         "\x0a\x08"              // Summary.value, 8 bytes
-                         "\x0a\x01" "a"          // tag
-                         "\x15\x00\x00\x80\x3f",  // simple_value 1.0f
-                         23);
+  const std::string want(
+      "\x09\0\0\0\0\0\0\0\0"  // field 1 fixed64
+      "\x10\x01"              // field 2 varint 1
+      "\x2a\x0a"              // field 5, 10 bytes
+      "\x0a\x08"              // Summary.value, 8 bytes
+      "\x0a\x01"
+      "a"                      // tag
+      "\x15\x00\x00\x80\x3f",  // simple_value 1.0f
+      23);
   EXPECT_EQ(got, want);
 }
 
@@ -80,12 +82,10 @@ TEST(TensorBoardSinkTest, WritesOneFilePerPhaseWithRecipeTags) {
   r.kind = "train_step";
   r.phase = "train";
   r.tb_step = 3;
-  r.fields = {{"global_step", 3, FieldKind::kIndex},
-              {"loss", 0.5, FieldKind::kLoss},
-              {"loss/pressure", 0.25, FieldKind::kLoss},
-              {"pressure_l2", 0.1, FieldKind::kMetric},
-              {"lr", 1e-3, FieldKind::kLearningRate},
-              {"step_time_s", 0.2, FieldKind::kPerformance}};
+  r.fields = {
+      {"global_step", 3, FieldKind::kIndex},     {"loss", 0.5, FieldKind::kLoss},
+      {"loss/pressure", 0.25, FieldKind::kLoss}, {"pressure_l2", 0.1, FieldKind::kMetric},
+      {"lr", 1e-3, FieldKind::kLearningRate},    {"step_time_s", 0.2, FieldKind::kPerformance}};
   sink.write(r);
   LogRecord v = r;
   v.phase = "val";

@@ -1,5 +1,5 @@
-#include "core/sinks/console_sink.h"
 #include "core/sinks/metrics_logger.h"
+#include "core/sinks/console_sink.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
