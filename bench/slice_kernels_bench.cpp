@@ -8,10 +8,10 @@
 // add), its bytes the global memory it must read and write (the recomputed
 // points x slices weights never touch it). Figures are wall time over `reps`
 // back-to-back launches after warm-up, divided by reps.
-#include "aero/device/device.h"
 #include "aero/model/linear.h"
 #include "aero/model/slice_ops.h"
 #include "aero/model/transolver.h"
+#include "core/device/device.h"
 
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -22,6 +22,7 @@
 #include <functional>
 #include <string>
 
+using namespace slipstream;
 using namespace slipstream::aero;
 
 namespace {

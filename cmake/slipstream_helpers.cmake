@@ -9,7 +9,7 @@ endfunction()
 # slipstream_test(FILE [LIBS...]): one GoogleTest executable per test file,
 # named after it. Tests whose name ends in _CUDA need a GPU; the CTest entry
 # filters them out when none is present (as LibTorch's own C++ tests do),
-# and scripts/device_check.sh runs them on the device.
+# and scripts/gpu_check.sh runs them on a GPU machine.
 function(slipstream_test file)
   get_filename_component(name ${file} NAME_WE)
   add_executable(${name} ${file})
@@ -19,5 +19,5 @@ function(slipstream_test file)
   add_test(NAME ${name} COMMAND ${name})
   # _CUDA tests need a GPU; they skip themselves where none is present.
   set_tests_properties(${name} PROPERTIES TIMEOUT 900
-    ENVIRONMENT "SLIPSTREAM_BIN=$<TARGET_FILE:slipstream>")
+    ENVIRONMENT "SLIPSTREAM_BIN=$<$<TARGET_EXISTS:slipstream>:$<TARGET_FILE:slipstream>>")
 endfunction()

@@ -28,7 +28,7 @@ class TempDir {
   std::string path_;
 };
 
-// ../shared/fixtures beside the checkout, or $SLIPSTREAM_FIXTURES_DIR.
+// tests/fixtures (reference outputs; see its README), or $SLIPSTREAM_FIXTURES_DIR.
 std::string fixtures_dir();
 
 // Steps land when released (or when the readback waits on them at drain).

@@ -74,7 +74,8 @@ std::string join(const std::vector<std::string>& xs) {
 }
 
 // Parses `text` as the type of `existing`; throws naming the key.
-YAML::Node typed_value(const std::string& key, const YAML::Node& existing, const std::string& text) {
+YAML::Node typed_value(const std::string& key, const YAML::Node& existing,
+                       const std::string& text) {
   YAML::Node parsed;
   try {
     parsed = YAML::Load(text);
@@ -82,11 +83,16 @@ YAML::Node typed_value(const std::string& key, const YAML::Node& existing, const
     TORCH_CHECK(false, "config: value '", text, "' for '", key, "' is not valid YAML");
   }
   if (!existing.IsDefined() || existing.IsNull()) return parsed;
-  TORCH_CHECK(!existing.IsMap(), "config: '", key,
-              "' is a section, not a value; set one of its keys (e.g. ", key, ".<name>=...)");
+  if (existing.IsMap()) {
+    TORCH_CHECK(parsed.IsMap(), "config: '", key,
+                "' is a section; give a map like {name: value} "
+                "or set one of its keys (",
+                key, ".<name>=...)");
+    return parsed;
+  }
   if (existing.IsSequence()) {
-    TORCH_CHECK(parsed.IsSequence(), "config: '", key, "' expects a list like [a, b], got '",
-                text, "'");
+    TORCH_CHECK(parsed.IsSequence(), "config: '", key, "' expects a list like [a, b], got '", text,
+                "'");
     return parsed;
   }
   const std::string old = existing.as<std::string>();
@@ -121,7 +127,8 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   for (size_t i = 1; i <= a.size(); ++i) {
     cur[0] = i;
     for (size_t j = 1; j <= b.size(); ++j) {
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1] ? 1 : 0)});
+      cur[j] =
+          std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1] ? 1 : 0)});
     }
     std::swap(prev, cur);
   }
@@ -156,8 +163,8 @@ Config Config::load(const std::string& dir, const std::vector<std::string>& over
     const std::string key = o.substr(0, eq), value = o.substr(eq + 1);
     if (picks.count(key)) {
       const auto choices = group_choices(dir, key);
-      TORCH_CHECK(std::find(choices.begin(), choices.end(), value) != choices.end(), "config: ",
-                  key, "='", value, "' is not one of: ", join(choices),
+      TORCH_CHECK(std::find(choices.begin(), choices.end(), value) != choices.end(),
+                  "config: ", key, "='", value, "' is not one of: ", join(choices),
                   choices.empty() ? "" : " (closest: '" + closest(value, choices) + "')");
       picks[key] = value;
     } else {
@@ -226,8 +233,7 @@ T Config::get(const std::string& key) const {
   try {
     return n.as<T>();
   } catch (const YAML::Exception&) {
-    TORCH_CHECK(false, "config: key '", key, "' has value '", YAML::Dump(n),
-                "' of the wrong type");
+    TORCH_CHECK(false, "config: key '", key, "' has value '", YAML::Dump(n), "' of the wrong type");
   }
 }
 
@@ -248,6 +254,57 @@ std::string Config::to_yaml() const {
 std::vector<std::string> Config::leaf_keys() const {
   std::vector<std::string> out;
   collect_leaves(root_, "", out);
+  return out;
+}
+
+namespace {
+
+nlohmann::json yaml_to_json(const YAML::Node& n) {
+  if (n.IsMap()) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& kv : n) j[kv.first.as<std::string>()] = yaml_to_json(kv.second);
+    return j;
+  }
+  if (n.IsSequence()) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& v : n) j.push_back(yaml_to_json(v));
+    return j;
+  }
+  if (!n.IsDefined() || n.IsNull()) return nullptr;
+  bool b = false;
+  int64_t i = 0;
+  double d = 0.0;
+  if (YAML::convert<bool>::decode(n, b)) return b;
+  if (YAML::convert<int64_t>::decode(n, i)) return i;
+  if (YAML::convert<double>::decode(n, d)) return d;
+  return n.as<std::string>();
+}
+
+void flatten(const YAML::Node& n, const std::string& prefix,
+             std::map<std::string, std::string>& out) {
+  if (n.IsMap()) {
+    for (const auto& kv : n) {
+      const std::string k = kv.first.as<std::string>();
+      flatten(kv.second, prefix.empty() ? k : prefix + "." + k, out);
+    }
+    return;
+  }
+  if (n.IsScalar()) {
+    out[prefix] = n.as<std::string>();
+  } else if (n.IsNull() || !n.IsDefined()) {
+    out[prefix] = "None";
+  } else {
+    out[prefix] = yaml_to_json(n).dump();
+  }
+}
+
+}  // namespace
+
+nlohmann::json Config::to_json() const { return yaml_to_json(root_); }
+
+std::map<std::string, std::string> Config::flat() const {
+  std::map<std::string, std::string> out;
+  flatten(root_, "", out);
   return out;
 }
 

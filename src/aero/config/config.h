@@ -13,7 +13,9 @@
 #pragma once
 
 #include <yaml-cpp/yaml.h>
+#include <nlohmann/json.hpp>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -39,6 +41,10 @@ class Config {
   const YAML::Node& root() const { return root_; }
   // Every leaf key, dotted.
   std::vector<std::string> leaf_keys() const;
+  // The tree as JSON, scalars typed (bool, integer, number, string, null).
+  nlohmann::json to_json() const;
+  // Every leaf as "dotted.key" -> its text, as the recipe logs its params.
+  std::map<std::string, std::string> flat() const;
 
  private:
   YAML::Node lookup(const std::string& key) const;

@@ -1,12 +1,15 @@
 #include "aero/data/dataset.h"
 
+#include "core/io/atomic_file.h"
 #include "core/io/safetensors.h"
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 
 namespace slipstream::aero {
 
@@ -14,11 +17,27 @@ namespace fs = std::filesystem;
 
 namespace {
 constexpr const char* kFormat = "slipstream-samples-v1";
+
+// Files written before globals were listed in their metadata hold these.
+const std::set<std::string>& known_globals() {
+  static const std::set<std::string> names{"U_inf", "rho_inf", "p_inf", "L_ref", "A_ref", "nu"};
+  return names;
 }
 
-SyntheticDataset::SyntheticDataset(SyntheticOptions options, int64_t first_index, size_t count,
-                                   std::vector<std::string> target_names)
-    : options_(options), first_(first_index), count_(count), target_names_(std::move(target_names)) {}
+std::set<std::string> globals_of(const SafetensorsFile& f) {
+  auto it = f.metadata.find("globals");
+  if (it == f.metadata.end()) return known_globals();
+  std::set<std::string> out;
+  std::stringstream ss(it->second);
+  for (std::string name; std::getline(ss, name, ',');) {
+    if (!name.empty()) out.insert(name);
+  }
+  return out;
+}
+}  // namespace
+
+SyntheticDataset::SyntheticDataset(SyntheticOptions options, int64_t first_index, size_t count)
+    : options_(options), first_(first_index), count_(count) {}
 
 Sample SyntheticDataset::get(size_t index) const {
   TORCH_CHECK(index < count_, "dataset: index ", index, " out of range (", count_, " samples)");
@@ -28,7 +47,7 @@ Sample SyntheticDataset::get(size_t index) const {
     if (it != cache_.end()) return it->second;
   }
   Sample s = make_synthetic_sample(first_ + static_cast<int64_t>(index), options_);
-  validate_sample(s, target_names_);
+  check_(s);
   std::lock_guard<std::mutex> lock(mutex_);
   cache_.emplace(index, s);
   return s;
@@ -40,54 +59,70 @@ std::string SyntheticDataset::describe() const {
          std::to_string(options_.seed);
 }
 
-DirectoryDataset::DirectoryDataset(std::string dir, std::vector<std::string> files,
-                                   std::vector<std::string> target_names)
-    : dir_(std::move(dir)), files_(std::move(files)), target_names_(std::move(target_names)) {}
+SampleLayout SyntheticDataset::layout() const { return synthetic_layout(); }
+
+DirectoryDataset::DirectoryDataset(std::string dir, std::vector<std::string> files)
+    : dir_(std::move(dir)), files_(std::move(files)) {}
 
 Sample DirectoryDataset::get(size_t index) const {
   TORCH_CHECK(index < files_.size(), "dataset: index ", index, " out of range");
-  return read_sample_file(dir_ + "/" + files_[index], target_names_);
+  Sample s = read_sample_file(dir_ + "/" + files_[index]);
+  check_(s);
+  return s;
 }
 
 std::string DirectoryDataset::describe() const {
   return dir_ + ": " + std::to_string(files_.size()) + " samples";
 }
 
-Sample read_sample_file(const std::string& path, const std::vector<std::string>& target_names) {
+SampleLayout DirectoryDataset::layout() const {
+  TORCH_CHECK(!files_.empty(), "dataset: '", dir_, "' lists no samples");
+  return read_sample_layout(dir_ + "/" + files_.front());
+}
+
+Sample read_sample_file(const std::string& path) {
   const auto f = read_safetensors(path);
+  const auto globals = globals_of(f);
   Sample s;
   s.id = path;
-  auto get = [&](const char* name) -> torch::Tensor {
-    return f.contains(name) ? f.at(name).to(torch::kFloat) : torch::Tensor();
-  };
-  s.points = get("points");
-  s.sdf = get("sdf");
-  s.sdf_normals = get("sdf_normals");
-  s.u_inf = get("U_inf");
-  s.volume = get("volume");
-  for (const auto& name : target_names) {
-    auto t = get(name.c_str());
-    if (t.defined()) s.targets[name] = t.dim() == 1 ? t.unsqueeze(1) : t;
+  for (const auto& [name, t] : f.tensors) {
+    if (globals.count(name)) {
+      s.global_data[name] = name == "U_inf" ? t.to(torch::kFloat).reshape({-1}) : t.reshape({-1});
+    } else {
+      auto x = t.to(torch::kFloat);
+      s.point_data[name] = x.dim() == 1 ? x.unsqueeze(1) : x;
+    }
   }
-  if (s.sdf.defined() && s.sdf.dim() == 1) s.sdf = s.sdf.unsqueeze(1);
-  if (f.contains("rho_inf")) s.rho_inf = f.at("rho_inf").to(torch::kDouble).item<double>();
-  if (f.contains("p_inf")) s.p_inf = f.at("p_inf").to(torch::kDouble).item<double>();
-  validate_sample(s, target_names);
+  TORCH_CHECK(s.has_point("points"), "dataset: sample file '", path, "' holds no 'points'");
   return s;
 }
 
-void write_sample_file(const std::string& path, const Sample& s) {
-  std::vector<std::pair<std::string, at::Tensor>> tensors = {
-      {"points", s.points}, {"sdf", s.sdf}, {"sdf_normals", s.sdf_normals}, {"U_inf", s.u_inf}};
-  for (const auto& [name, t] : s.targets) tensors.emplace_back(name, t);
-  if (s.volume.defined()) tensors.emplace_back("volume", s.volume);
-  tensors.emplace_back("rho_inf", torch::tensor({s.rho_inf}, torch::kDouble));
-  tensors.emplace_back("p_inf", torch::tensor({s.p_inf}, torch::kDouble));
-  write_safetensors(path, tensors, {{"id", s.id}, {"format", kFormat}});
+SampleLayout read_sample_layout(const std::string& path) {
+  const auto f = read_safetensors(path);
+  const auto globals = globals_of(f);
+  SampleLayout out;
+  for (const auto& [name, t] : f.tensors) {
+    if (globals.count(name)) {
+      out.global_sizes[name] = t.numel();
+    } else {
+      out.point_channels[name] = t.dim() == 2 ? t.size(1) : 1;
+    }
+  }
+  return out;
 }
 
-DatasetSplits open_sample_directory(const std::string& dir,
-                                    const std::vector<std::string>& target_names) {
+void write_sample_file(const std::string& path, const Sample& s) {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const auto& [name, t] : s.point_data) tensors.emplace_back(name, t);
+  std::string globals;
+  for (const auto& [name, t] : s.global_data) {
+    tensors.emplace_back(name, t);
+    globals += (globals.empty() ? "" : ",") + name;
+  }
+  write_safetensors(path, tensors, {{"id", s.id}, {"format", kFormat}, {"globals", globals}});
+}
+
+DatasetSplits open_sample_directory(const std::string& dir) {
   TORCH_CHECK(fs::is_directory(dir), "dataset: directory '", dir, "' does not exist");
   const std::string manifest_path = dir + "/manifest.json";
   std::ifstream in(manifest_path);
@@ -103,8 +138,8 @@ DatasetSplits open_sample_directory(const std::string& dir,
   TORCH_CHECK(manifest.value("format", "") == kFormat, "dataset: '", manifest_path,
               "' has format '", manifest.value("format", ""), "', expected '", kFormat, "'");
   auto files_of = [&](const char* split) {
-    TORCH_CHECK(manifest.contains(split) && manifest[split].is_array(), "dataset: '",
-                manifest_path, "' has no '", split, "' list");
+    TORCH_CHECK(manifest.contains(split) && manifest[split].is_array(), "dataset: '", manifest_path,
+                "' has no '", split, "' list");
     auto files = manifest[split].get<std::vector<std::string>>();
     for (const auto& f : files) {
       TORCH_CHECK(fs::is_regular_file(dir + "/" + f), "dataset: '", manifest_path, "' lists '", f,
@@ -113,8 +148,8 @@ DatasetSplits open_sample_directory(const std::string& dir,
     return files;
   };
   DatasetSplits splits;
-  splits.train = std::make_shared<DirectoryDataset>(dir, files_of("train"), target_names);
-  splits.val = std::make_shared<DirectoryDataset>(dir, files_of("val"), target_names);
+  splits.train = std::make_shared<DirectoryDataset>(dir, files_of("train"));
+  splits.val = std::make_shared<DirectoryDataset>(dir, files_of("val"));
   TORCH_CHECK(splits.train->size() > 0, "dataset: '", manifest_path, "' lists no train samples");
   return splits;
 }
@@ -125,7 +160,8 @@ void write_synthetic_directory(const std::string& dir, const SyntheticOptions& o
   fs::create_directories(dir);
   nlohmann::json manifest;
   manifest["format"] = kFormat;
-  manifest["source"] = "synthetic potential flow past spheres, seed " + std::to_string(options.seed);
+  manifest["source"] =
+      "synthetic potential flow past spheres, seed " + std::to_string(options.seed);
   manifest["train"] = nlohmann::json::array();
   manifest["val"] = nlohmann::json::array();
   for (int64_t i = 0; i < num_train + num_val; ++i) {

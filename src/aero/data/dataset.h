@@ -5,15 +5,17 @@
 // make-synthetic --out DIR` (or `prepare`): a manifest.json
 //   {"format": "slipstream-samples-v1", "train": ["a.safetensors", ...],
 //    "val": [...]}
-// and one safetensors file per sample holding points, sdf, sdf_normals,
-// U_inf, the target fields and optionally volume. Files are memory-mapped
-// (the OS pages in what a step touches). Every problem names the file.
+// and one safetensors file per sample holding its point fields (points,
+// sdf, sdf_normals, the targets, optionally volume) and its globals (U_inf,
+// rho_inf, p_inf, L_ref). Files are memory-mapped (the OS pages in what a
+// step touches). Every problem names the file.
+//
+// A dataset checks each sample it hands out against the SampleCheck it was
+// given (the tensors a run needs, their shapes and finiteness).
 #pragma once
 
 #include "aero/data/sample.h"
 #include "aero/data/synthetic.h"
-
-#include <nlohmann/json_fwd.hpp>
 
 #include <map>
 #include <memory>
@@ -23,13 +25,29 @@
 
 namespace slipstream::aero {
 
+// What every sample must hold; an empty check accepts any sample.
+struct SampleCheck {
+  SampleLayout required;
+  std::vector<std::string> targets;
+  bool allow_nonfinite_targets = false;
+  void operator()(const Sample& s) const {
+    validate_sample(s, required, targets, allow_nonfinite_targets);
+  }
+};
+
 class Dataset {
  public:
   virtual ~Dataset() = default;
   virtual size_t size() const = 0;
-  // Thread-safe; validated against `target_names`.
+  // Thread-safe; checked against the dataset's SampleCheck.
   virtual Sample get(size_t index) const = 0;
   virtual std::string describe() const = 0;
+  // The tensors its samples hold, from the first sample (cheap: a header).
+  virtual SampleLayout layout() const = 0;
+  void set_check(SampleCheck check) { check_ = std::move(check); }
+
+ protected:
+  SampleCheck check_;
 };
 
 struct DatasetSplits {
@@ -38,41 +56,40 @@ struct DatasetSplits {
 
 class SyntheticDataset : public Dataset {
  public:
-  SyntheticDataset(SyntheticOptions options, int64_t first_index, size_t count,
-                   std::vector<std::string> target_names);
+  SyntheticDataset(SyntheticOptions options, int64_t first_index, size_t count);
   size_t size() const override { return count_; }
   Sample get(size_t index) const override;
   std::string describe() const override;
+  SampleLayout layout() const override;
 
  private:
   SyntheticOptions options_;
   int64_t first_;
   size_t count_;
-  std::vector<std::string> target_names_;
   mutable std::mutex mutex_;
   mutable std::map<size_t, Sample> cache_;
 };
 
 class DirectoryDataset : public Dataset {
  public:
-  DirectoryDataset(std::string dir, std::vector<std::string> files,
-                   std::vector<std::string> target_names);
+  DirectoryDataset(std::string dir, std::vector<std::string> files);
   size_t size() const override { return files_.size(); }
   Sample get(size_t index) const override;
   std::string describe() const override;
+  SampleLayout layout() const override;
 
  private:
   std::string dir_;
   std::vector<std::string> files_;
-  std::vector<std::string> target_names_;
 };
 
 // Opens `dir`'s manifest; throws naming the directory or file on any problem.
-DatasetSplits open_sample_directory(const std::string& dir,
-                                    const std::vector<std::string>& target_names);
+DatasetSplits open_sample_directory(const std::string& dir);
 
-// Reads and validates one sample file.
-Sample read_sample_file(const std::string& path, const std::vector<std::string>& target_names);
+// Reads one sample file (no check beyond its format).
+Sample read_sample_file(const std::string& path);
+// The tensors a sample file holds, from its header alone.
+SampleLayout read_sample_layout(const std::string& path);
 // Writes one sample file atomically.
 void write_sample_file(const std::string& path, const Sample& sample);
 

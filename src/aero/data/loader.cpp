@@ -14,8 +14,8 @@ namespace slipstream::aero {
 
 std::vector<size_t> epoch_order(size_t n, int64_t epoch, uint64_t seed, bool shuffle, int rank,
                                 int world_size, bool drop_last) {
-  TORCH_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "sampler: bad rank ", rank,
-              " of ", world_size);
+  TORCH_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "sampler: bad rank ", rank, " of ",
+              world_size);
   std::vector<size_t> all(n);
   std::iota(all.begin(), all.end(), size_t{0});
   if (shuffle) {
@@ -29,23 +29,6 @@ std::vector<size_t> epoch_order(size_t n, int64_t epoch, uint64_t seed, bool shu
   for (size_t i = 0; i < per_rank && n > 0; ++i) mine.push_back(all[(i * w + rank) % n]);
   return mine;
 }
-
-torch::Tensor rotate_z(const torch::Tensor& xyz, double radians) {
-  const double c = std::cos(radians), s = std::sin(radians);
-  auto r = torch::tensor({c, -s, 0.0, s, c, 0.0, 0.0, 0.0, 1.0}, xyz.options().dtype(torch::kDouble))
-               .view({3, 3})
-               .to(xyz.scalar_type());
-  return torch::matmul(xyz, r.t());
-}
-
-namespace {
-int64_t channels_of(const std::string& name) { return name == "velocity" ? 3 : 1; }
-
-double dynamic_pressure(const Sample& s) {
-  const double speed2 = s.u_inf.to(torch::kDouble).pow(2).sum().item<double>();
-  return 0.5 * s.rho_inf * speed2;
-}
-}  // namespace
 
 Batch make_host_batch(const Sample& s, const LoaderOptions& o, uint64_t generator_seed) {
   const int64_t n = s.num_points();
@@ -63,67 +46,54 @@ Batch make_host_batch(const Sample& s, const LoaderOptions& o, uint64_t generato
     }
   }
   auto take = [&](const torch::Tensor& x) { return idx.defined() ? x.index_select(0, idx) : x; };
-  auto points = take(s.points);
-  auto normals = take(s.sdf_normals);
-  auto u_inf = s.u_inf.reshape({1, 3});
-  if (t.center) points = points - s.points.mean(0, true);
-  std::vector<torch::Tensor> targets;
-  for (const auto& name : o.target_names) {
-    auto y = take(s.targets.at(name));
-    if (t.nondimensionalize && name == "velocity") y = y / s.u_inf.norm();
-    if (t.nondimensionalize && name == "pressure") y = (y - s.p_inf) / dynamic_pressure(s);
-    if (name == "nut") y = (y - t.nut_mean) / t.nut_std;
-    targets.push_back(y);
+  // The point fields this batch reads: the inputs', the targets and the weights.
+  const SampleLayout needed = o.inputs.required(layout_of(s));
+  std::map<std::string, torch::Tensor> point, global = s.global_data;
+  point["points"] = take(s.point("points"));
+  for (const auto& [name, c] : needed.point_channels) point[name] = take(s.point(name));
+  for (const auto& f : o.fields.fields()) point[f.name] = take(s.point(f.name));
+  if (!o.weight_field.empty()) {
+    TORCH_CHECK(s.has_point(o.weight_field), "loader: loss weighting by '", o.weight_field,
+                "' needs that field in sample ", s.id);
+    point[o.weight_field] = take(s.point(o.weight_field));
   }
-  if (o.augment && (t.rotate_z_max_deg > 0 || t.translate_max > 0)) {
-    auto draw = torch::empty({4}, torch::kDouble).uniform_(-1.0, 1.0, gen);
-    const double angle = draw[0].item<double>() * t.rotate_z_max_deg * M_PI / 180.0;
-    if (t.rotate_z_max_deg > 0) {
-      points = rotate_z(points, angle);
-      normals = rotate_z(normals, angle);
-      u_inf = rotate_z(u_inf, angle);
-      for (size_t k = 0; k < o.target_names.size(); ++k) {
-        if (o.target_names[k] == "velocity") targets[k] = rotate_z(targets[k], angle);
-      }
-    }
-    if (t.translate_max > 0) {
-      points = points + (draw.narrow(0, 1, 3) * t.translate_max).to(points.scalar_type()).view({1, 3});
-    }
+  if (t.center) point["points"] = point["points"] - s.point("points").mean(0, true);
+  if (o.augment) augment(point, global, t, o.fields, gen);
+  const FreeStream free_stream = s.free_stream();
+  std::vector<torch::Tensor> targets;
+  for (const auto& f : o.fields.fields()) {
+    targets.push_back(o.fields.to_model(f, point.at(f.name), free_stream));
   }
   Batch b;
   b.sample_id = s.id;
-  b.embedding = torch::cat({points, take(s.sdf), normals}, 1).unsqueeze(0).contiguous();
-  const int64_t m = b.embedding.size(1);
-  b.fx = u_inf.reshape({1, 1, 3}).expand({1, m, 3}).contiguous();
+  b.inputs = o.inputs.assemble(point, global);
   b.target = torch::cat(targets, 1).unsqueeze(0).contiguous();
-  if (o.volume_weights) {
-    TORCH_CHECK(s.volume.defined(), "loader: loss weighting by volume needs 'volume' in sample ",
-                s.id);
-    b.weights = take(s.volume.reshape({-1})).unsqueeze(0).contiguous();
+  if (!o.weight_field.empty()) {
+    b.weights = point.at(o.weight_field).reshape({-1}).unsqueeze(0).contiguous();
   }
   return b;
 }
 
 torch::Tensor denormalize_targets(const torch::Tensor& prediction, const Sample& s,
-                                  const LoaderOptions& o) {
-  const auto& t = o.transforms;
+                                  const FieldSchema& fields) {
+  TORCH_CHECK(prediction.dim() == 2 && prediction.size(1) == fields.total_channels(),
+              "loader: a prediction of shape ", prediction.sizes(), " for ",
+              fields.total_channels(), " target channels");
+  const FreeStream free_stream = s.free_stream();
   std::vector<torch::Tensor> out;
-  int64_t c0 = 0;
-  for (const auto& name : o.target_names) {
-    const int64_t c = channels_of(name);
-    auto y = prediction.narrow(-1, c0, c);
-    if (t.nondimensionalize && name == "velocity") y = y * s.u_inf.norm();
-    if (t.nondimensionalize && name == "pressure") y = y * dynamic_pressure(s) + s.p_inf;
-    if (name == "nut") y = y * t.nut_std + t.nut_mean;
-    out.push_back(y);
-    c0 += c;
+  for (size_t i = 0; i < fields.size(); ++i) {
+    const auto& f = fields.fields()[i];
+    out.push_back(
+        fields.to_physical(f, prediction.narrow(1, fields.offset(i), f.channels()), free_stream));
   }
-  return torch::cat(out, -1);
+  return torch::cat(out, 1);
 }
 
 PrefetchLoader::PrefetchLoader(std::shared_ptr<const Dataset> dataset, std::vector<size_t> order,
                                LoaderOptions options, int64_t epoch)
-    : dataset_(std::move(dataset)), order_(std::move(order)), options_(std::move(options)),
+    : dataset_(std::move(dataset)),
+      order_(std::move(order)),
+      options_(std::move(options)),
       epoch_(epoch) {
   TORCH_CHECK(options_.prefetch >= 1, "loader: prefetch must be >= 1");
   worker_ = std::thread([this] { run(); });
@@ -157,7 +127,8 @@ void PrefetchLoader::run() {
   for (size_t i = 0; i < order_.size(); ++i) {
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [&] { return stop_ || queue_.size() < static_cast<size_t>(options_.prefetch); });
+      cv_.wait(lock,
+               [&] { return stop_ || queue_.size() < static_cast<size_t>(options_.prefetch); });
       if (stop_) return;
     }
     Item item;
@@ -173,8 +144,7 @@ void PrefetchLoader::run() {
         auto to_device = [&](const torch::Tensor& t) {
           return t.defined() ? t.pin_memory().to(device, /*non_blocking=*/true) : t;
         };
-        item.batch.embedding = to_device(host.embedding);
-        item.batch.fx = to_device(host.fx);
+        for (const auto& [name, t] : host.inputs) item.batch.inputs[name] = to_device(t);
         item.batch.target = to_device(host.target);
         item.batch.weights = to_device(host.weights);
         item.batch.sample_index = host.sample_index;
@@ -214,8 +184,8 @@ Batch PrefetchLoader::next() {
     const auto* impl = c10::impl::getDeviceGuardImpl(options_.device.type());
     const c10::Stream current = impl->getStream(options_.device);
     item.ready->block(current);  // the device waits, the host does not
-    for (auto* t : {&item.batch.embedding, &item.batch.fx, &item.batch.target,
-                    &item.batch.weights}) {
+    for (auto& [name, t] : item.batch.inputs) t.record_stream(current);
+    for (auto* t : {&item.batch.target, &item.batch.weights}) {
       if (t->defined()) t->record_stream(current);
     }
   }

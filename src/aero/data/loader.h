@@ -1,18 +1,22 @@
 // PrefetchLoader: while the device runs step i, a background thread prepares
-// sample i+1 — loads it, subsamples `sampling_resolution` points, builds the
-// model's inputs and targets, pins them (CUDA) and copies them to the device
-// on a side stream. next() makes the current stream wait for that copy (an
+// sample i+1 — loads it, subsamples `sampling_resolution` points, applies the
+// transforms, builds the model's inputs (by the InputSpec) and targets (by
+// the FieldSchema), pins them (CUDA) and copies them to the device on a side
+// stream. next() makes the current stream wait for that copy (an
 // event wait on the device, not on the host) and tells the allocator the
 // tensors are used on the current stream. A worker exception is rethrown by
 // next() on the training thread, in order.
 //
-// Batch layout (batch size 1): embedding (1,N,7) = [points, sdf, normals],
-// fx (1,N,3) = U_inf on every point, target (1,N,C) = the target fields in
-// order, weights (1,N) = cell volumes when asked for, else undefined.
+// Batch layout (batch size 1): inputs by name, each (1, N, C) or (1, 1, C)
+// as the InputSpec builds them; target (1, N, C) = the schema's fields in
+// channel order, in the model's space (non-dimensional, normalised);
+// weights (1, N) = the cell volumes or areas when asked for, else undefined.
 #pragma once
 
 #include "aero/data/dataset.h"
+#include "aero/data/input_spec.h"
 #include "aero/data/transforms.h"
+#include "aero/fields/field_schema.h"
 
 #include <c10/core/Device.h>
 #include <c10/core/Event.h>
@@ -21,6 +25,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -34,15 +39,17 @@ struct LoaderOptions {
   int64_t sampling_resolution = 4096;  // points per step; all if the sample has fewer
   c10::Device device = c10::Device(c10::kCPU);
   uint64_t seed = 0;
-  bool volume_weights = false;
   int prefetch = 2;  // samples prepared ahead
-  std::vector<std::string> target_names{"velocity", "pressure", "nut"};
+  FieldSchema fields = default_volume_fields();
+  InputSpec inputs;
+  std::string weight_field;  // "volume" or "area" to weight the loss by it; empty: none
   TransformOptions transforms;
   bool augment = false;  // random rotation/translation (train only)
 };
 
 struct Batch {
-  torch::Tensor embedding, fx, target, weights;
+  std::map<std::string, torch::Tensor> inputs;
+  torch::Tensor target, weights;
   size_t sample_index = 0;
   std::string sample_id;
 };
@@ -59,9 +66,10 @@ std::vector<size_t> epoch_order(size_t n, int64_t epoch, uint64_t seed, bool shu
 // every point in order.
 Batch make_host_batch(const Sample& sample, const LoaderOptions& options, uint64_t generator_seed);
 
-// Undoes the target transforms on a (N, C) prediction in target order.
+// Undoes the target transforms on a (N, C) prediction in the schema's
+// channel order: the same layout in physical units.
 torch::Tensor denormalize_targets(const torch::Tensor& prediction, const Sample& sample,
-                                  const LoaderOptions& options);
+                                  const FieldSchema& fields);
 
 class PrefetchLoader {
  public:

@@ -1,10 +1,16 @@
-// A CFD sample: a point cloud of a volume mesh with its geometry features,
-// target fields and free-stream conditions.
-//   points (N,3), sdf (N,1), sdf_normals (N,3)      geometry
-//   velocity (N,3), pressure (N,1), nut (N,1)        targets (by field name)
-//   U_inf (3)                                        free stream
-//   volume (N)                                       optional cell volumes
+// A CFD sample: named per-point tensors and named global values, as a
+// dataset holds them (PhysicsNeMo's `point_data` / `global_data`).
+//
+// point_data: (N, C) float tensors, one row per point (or per surface cell);
+//   "points" (N, 3) is among them: the coordinates. Volume samples carry
+//   sdf (N,1) and sdf_normals (N,3), surface samples normals (N,3) and
+//   area (N,1); the target fields by their names (velocity, pressure, nut,
+//   wss, ...); optional weights (volume or area).
+// global_data: per-sample values: U_inf (3), rho_inf, p_inf, L_ref (1 each).
+// Every accessor that fails names the sample's id and the missing tensor.
 #pragma once
+
+#include "aero/fields/field_schema.h"
 
 #include <torch/types.h>
 
@@ -14,17 +20,36 @@
 namespace slipstream::aero {
 
 struct Sample {
-  std::string id;      // file path or "synthetic:<index>"
-  torch::Tensor points, sdf, sdf_normals, u_inf, volume;
-  double rho_inf = 1.0;  // free-stream density
-  double p_inf = 0.0;    // free-stream pressure
-  std::map<std::string, torch::Tensor> targets;
+  std::string id;  // file path or "synthetic:<index>"
+  std::map<std::string, torch::Tensor> point_data;
+  std::map<std::string, torch::Tensor> global_data;
 
-  int64_t num_points() const { return points.defined() ? points.size(0) : 0; }
+  int64_t num_points() const;
+  bool has_point(const std::string& name) const { return point_data.count(name) > 0; }
+  bool has_global(const std::string& name) const { return global_data.count(name) > 0; }
+  const torch::Tensor& point(const std::string& name) const;
+  const torch::Tensor& global(const std::string& name) const;
+  // A one-value global as a double, or `fallback` when absent.
+  double global_scalar(const std::string& name, double fallback) const;
+  // U_inf's magnitude, rho_inf (default 1) and p_inf (default 0).
+  FreeStream free_stream() const;
 };
 
-// Checks shapes, point counts and finite geometry; throws c10::Error naming
-// the sample's id and the offending field.
-void validate_sample(const Sample& s, const std::vector<std::string>& target_names);
+// Which tensors, with how many channels, a run needs of every sample.
+struct SampleLayout {
+  std::map<std::string, int64_t> point_channels;  // name -> C of (N, C)
+  std::map<std::string, int64_t> global_sizes;    // name -> number of values
+};
+
+// The layout a sample has (every tensor it holds).
+SampleLayout layout_of(const Sample& sample);
+
+// Checks that `s` holds every tensor of `required` with the right shape,
+// that every point field has N rows, and that the coordinates, every
+// required input and U_inf are finite. Targets are checked for finiteness
+// too unless `allow_nonfinite_targets` (the loss masks them). Throws
+// c10::Error naming the sample's id and the tensor.
+void validate_sample(const Sample& s, const SampleLayout& required,
+                     const std::vector<std::string>& target_names, bool allow_nonfinite_targets);
 
 }  // namespace slipstream::aero

@@ -7,13 +7,25 @@
 
 namespace slipstream::aero {
 
+namespace {
+constexpr double kHalfBox = 4.0;    // the domain is [-4, 4]^3
+constexpr double kWallScale = 0.5;  // mean distance of the graded points from the wall, in radii
+}  // namespace
+
+SampleLayout synthetic_layout() {
+  SampleLayout l;
+  l.point_channels = {{"points", 3},   {"sdf", 1},      {"sdf_normals", 3}, {"volume", 1},
+                      {"velocity", 3}, {"pressure", 1}, {"nut", 1}};
+  l.global_sizes = {{"U_inf", 3}, {"rho_inf", 1}, {"p_inf", 1}, {"L_ref", 1}};
+  return l;
+}
+
 torch::Tensor sphere_potential_flow_velocity(const torch::Tensor& r_vec, double a,
                                              const torch::Tensor& u_inf) {
-  auto r = r_vec.norm(2, 1, true);                   // (N,1)
+  auto r = r_vec.norm(2, 1, true);  // (N,1)
   auto u_dot_r = (r_vec * u_inf.view({1, 3})).sum(1, true);
   const double a3 = a * a * a;
-  return u_inf.view({1, 3}) * (1.0 + a3 / (2.0 * r.pow(3))) -
-         1.5 * a3 * u_dot_r * r_vec / r.pow(5);
+  return u_inf.view({1, 3}) * (1.0 + a3 / (2.0 * r.pow(3))) - 1.5 * a3 * u_dot_r * r_vec / r.pow(5);
 }
 
 Sample make_synthetic_sample(int64_t index, const SyntheticOptions& o, SyntheticSphere* body) {
@@ -29,20 +41,41 @@ Sample make_synthetic_sample(int64_t index, const SyntheticOptions& o, Synthetic
   auto u_inf = torch::tensor({speed * std::cos(pitch) * std::cos(yaw),
                               speed * std::cos(pitch) * std::sin(yaw), speed * std::sin(pitch)},
                              torch::kDouble);
-  // Rejection-sample points outside the sphere.
+  // Half the points uniform in the box outside the sphere, half graded
+  // towards the wall as a CFD mesh is: r = a (1 + t), t ~ Exp(mean kWallScale).
   const int64_t n = o.points_per_sample;
+  const int64_t n_wall = n / 2;
+  auto inside_box = [](const torch::Tensor& x) { return (x.abs() < kHalfBox).all(1); };
   std::vector<torch::Tensor> kept;
   int64_t have = 0;
-  while (have < n) {
-    auto cand = torch::empty({n + n / 4 + 16, 3}, torch::kDouble).uniform_(-4.0, 4.0, gen);
-    auto outside = (cand - center.view({1, 3})).norm(2, 1) > a * 1.001;
-    auto sel = cand.index({outside});
+  while (have < n - n_wall) {
+    auto cand = torch::empty({n + 16, 3}, torch::kDouble).uniform_(-kHalfBox, kHalfBox, gen);
+    auto sel = cand.index({(cand - center.view({1, 3})).norm(2, 1) > a * 1.001});
     kept.push_back(sel);
     have += sel.size(0);
   }
-  auto points = torch::cat(kept).narrow(0, 0, n).contiguous();
+  std::vector<torch::Tensor> near;
+  int64_t have_near = 0;
+  while (have_near < n_wall) {
+    auto dirs = torch::randn({n_wall + 16, 3}, gen, torch::kDouble);
+    dirs = dirs / dirs.norm(2, 1, true);
+    auto t = torch::empty({n_wall + 16, 1}, torch::kDouble).exponential_(1.0 / kWallScale, gen);
+    auto cand = center.view({1, 3}) + dirs * (a * (1.001 + t));
+    auto sel = cand.index({inside_box(cand)});
+    near.push_back(sel);
+    have_near += sel.size(0);
+  }
+  auto points =
+      torch::cat({torch::cat(kept).narrow(0, 0, n - n_wall), torch::cat(near).narrow(0, 0, n_wall)})
+          .contiguous();
   auto r_vec = points - center.view({1, 3});
   auto r = r_vec.norm(2, 1, true);
+  // Cell volumes: 1 / (N * the sampling density) at each point.
+  const double free_volume = std::pow(2 * kHalfBox, 3) - 4.0 / 3.0 * M_PI * a * a * a;
+  auto t_wall = (r / a - 1.001).clamp_min(0.0);
+  auto wall_density = torch::exp(-t_wall / kWallScale) / (kWallScale * a) / (4 * M_PI * r * r);
+  auto density = (static_cast<double>(n - n_wall) / free_volume + n_wall * wall_density);
+  auto volume = (1.0 / density).to(torch::kFloat);
   auto velocity = sphere_potential_flow_velocity(r_vec, a, u_inf);
   auto pressure = 0.5 * (u_inf.pow(2).sum() - velocity.pow(2).sum(1, true));
   // Wake: s along the stream, d across it.
@@ -59,14 +92,17 @@ Sample make_synthetic_sample(int64_t index, const SyntheticOptions& o, Synthetic
   }
   Sample out;
   out.id = "synthetic:" + std::to_string(index);
-  out.points = points.to(torch::kFloat);
-  out.sdf = (r - a).to(torch::kFloat);
-  out.sdf_normals = (r_vec / r).to(torch::kFloat);
-  out.u_inf = u_inf.to(torch::kFloat);
-  out.volume = torch::full({n}, 512.0 / static_cast<double>(n), torch::kFloat);
-  out.targets["velocity"] = velocity.to(torch::kFloat);
-  out.targets["pressure"] = pressure.to(torch::kFloat);
-  out.targets["nut"] = nut.to(torch::kFloat);
+  out.point_data["points"] = points.to(torch::kFloat);
+  out.point_data["sdf"] = (r - a).to(torch::kFloat);
+  out.point_data["sdf_normals"] = (r_vec / r).to(torch::kFloat);
+  out.point_data["volume"] = volume;
+  out.point_data["velocity"] = velocity.to(torch::kFloat);
+  out.point_data["pressure"] = pressure.to(torch::kFloat);
+  out.point_data["nut"] = nut.to(torch::kFloat);
+  out.global_data["U_inf"] = u_inf.to(torch::kFloat);
+  out.global_data["rho_inf"] = torch::tensor({1.0}, torch::kDouble);
+  out.global_data["p_inf"] = torch::tensor({0.0}, torch::kDouble);
+  out.global_data["L_ref"] = torch::tensor({2.0 * a}, torch::kDouble);
   return out;
 }
 

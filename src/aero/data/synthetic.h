@@ -4,12 +4,16 @@
 // Sample i (deterministic from seed and i): a sphere of radius a in
 // [0.5, 1.0] centred near the origin, free stream U of speed [0.6, 1.4] whose
 // direction is yawed up to +-30 degrees and pitched up to +-10 degrees from +x.
-// Points are uniform in the box [-4, 4]^3 outside the sphere. With r the
-// offset from the centre:
+// Half the points are uniform in the box [-4, 4]^3 outside the sphere; the
+// other half are graded towards the wall, as a CFD mesh is refined near the
+// body: at a distance t·a from it, t exponential with mean 0.5, in a uniform
+// direction. With r the offset from the centre:
 //   velocity u = U (1 + a^3 / (2 r^3)) - 3 a^3 (U.r) r / (2 r^5)
 //   pressure p = (|U|^2 - |u|^2) / 2          (Bernoulli, rho = 1, p_inf = 0)
 //   nut      a smooth wake: grows downstream of the sphere, Gaussian across
-//   sdf      |r| - a, sdf_normals r / |r|; volume: box volume / N
+//   sdf      |r| - a, sdf_normals r / |r|
+//   volume   each point's share of the domain: 1 / (N * sampling density)
+// Globals: U_inf, rho_inf 1, p_inf 0, L_ref = 2a (the sphere's diameter).
 #pragma once
 
 #include "aero/data/sample.h"
@@ -28,6 +32,9 @@ struct SyntheticSphere {
   double radius = 0;
   std::array<double, 3> center{};
 };
+
+// The tensors every synthetic sample holds.
+SampleLayout synthetic_layout();
 
 // `body`, if given, receives the sphere of that sample.
 Sample make_synthetic_sample(int64_t index, const SyntheticOptions& options,

@@ -6,16 +6,6 @@
 
 namespace slipstream::aero {
 
-std::vector<TargetField> default_target_fields() {
-  return {{"velocity", 3, 1.0}, {"pressure", 1, 1.0}, {"nut", 1, 1.0}};
-}
-
-int64_t total_channels(const std::vector<TargetField>& fields) {
-  int64_t n = 0;
-  for (const auto& f : fields) n += f.channels;
-  return n;
-}
-
 namespace {
 const char* kComponents[] = {"x", "y", "z"};
 }
@@ -29,9 +19,9 @@ const LossCalculator::MetricSelection& LossCalculator::selection(c10::Device dev
   std::vector<std::array<int64_t, 2>> spans;  // channel begin, length
   std::vector<std::string> kinds;
   int64_t c0 = 0;
-  for (const auto& f : options_.fields) {
+  for (const auto& f : options_.fields.fields()) {
     for (const auto& m : options_.metrics) {
-      if (f.channels == 3) {
+      if (f.channels() == 3) {
         for (int c = 0; c < 3; ++c) {
           keys.push_back(f.name + "_" + kComponents[c] + "_" + m);
           spans.push_back({c0 + c, 1});
@@ -39,10 +29,10 @@ const LossCalculator::MetricSelection& LossCalculator::selection(c10::Device dev
         }
       }
       keys.push_back(f.name + "_" + m);
-      spans.push_back({c0, f.channels});
+      spans.push_back({c0, f.channels()});
       kinds.push_back(m);
     }
-    c0 += f.channels;
+    c0 += f.channels();
   }
   const int64_t k = static_cast<int64_t>(keys.size());
   auto num = torch::zeros({5 * channels_, k}), den = torch::zeros({5 * channels_, k});
@@ -62,13 +52,10 @@ const LossCalculator::MetricSelection& LossCalculator::selection(c10::Device dev
 }
 
 LossCalculator::LossCalculator(LossOptions options)
-    : options_(std::move(options)), channels_(total_channels(options_.fields)) {
+    : options_(std::move(options)), channels_(options_.fields.total_channels()) {
   TORCH_CHECK(options_.type == "huber" || options_.type == "mse" || options_.type == "rmse",
               "loss: type '", options_.type, "' is not one of huber, mse, rmse");
-  for (const auto& f : options_.fields) {
-    TORCH_CHECK(f.channels == 1 || f.channels == 3, "loss: field '", f.name,
-                "' must have 1 (scalar) or 3 (vector) channels, got ", f.channels);
-  }
+  TORCH_CHECK(!options_.fields.empty(), "loss: no target fields");
   for (const auto& m : options_.metrics) {
     TORCH_CHECK(m == "l1" || m == "l2" || m == "mae", "loss: metric '", m,
                 "' is not one of l1, l2, mae");
@@ -77,10 +64,10 @@ LossCalculator::LossCalculator(LossOptions options)
 
 std::vector<std::string> LossCalculator::keys() const {
   std::vector<std::string> keys{"loss"};
-  for (const auto& f : options_.fields) keys.push_back("loss/" + f.name);
-  for (const auto& f : options_.fields) {
+  for (const auto& f : options_.fields.fields()) keys.push_back("loss/" + f.name);
+  for (const auto& f : options_.fields.fields()) {
     for (const auto& m : options_.metrics) {
-      if (f.channels == 3) {
+      if (f.channels() == 3) {
         for (int c = 0; c < 3; ++c) keys.push_back(f.name + "_" + kComponents[c] + "_" + m);
       }
       keys.push_back(f.name + "_" + m);
@@ -94,15 +81,14 @@ LossResult LossCalculator::compute(const torch::Tensor& prediction_in,
                                    const torch::Tensor& weights_in) const {
   TORCH_CHECK(prediction_in.sizes() == target_in.sizes(), "loss: prediction shape ",
               prediction_in.sizes(), " differs from target shape ", target_in.sizes());
-  TORCH_CHECK(prediction_in.size(-1) == channels_, "loss: expected ", channels_,
-              " channels, got ", prediction_in.size(-1));
+  TORCH_CHECK(prediction_in.size(-1) == channels_, "loss: expected ", channels_, " channels, got ",
+              prediction_in.size(-1));
   auto p = prediction_in.reshape({-1, channels_}).to(torch::kFloat);
   auto t = target_in.reshape({-1, channels_}).to(torch::kFloat);
   torch::Tensor w;  // (N, 1) or undefined
   if (weights_in.defined()) {
     w = weights_in.reshape({-1, 1}).to(torch::kFloat);
-    TORCH_CHECK(w.size(0) == p.size(0), "loss: ", w.size(0), " weights for ", p.size(0),
-                " points");
+    TORCH_CHECK(w.size(0) == p.size(0), "loss: ", w.size(0), " weights for ", p.size(0), " points");
   }
   torch::Tensor mask;  // (N, C) float, or undefined
   if (options_.mask_nonfinite) {
@@ -112,22 +98,23 @@ LossResult LossCalculator::compute(const torch::Tensor& prediction_in,
   }
   // Per-point, per-channel weight: area/volume times the finite mask.
   torch::Tensor pw;
-  if (w.defined() && mask.defined()) pw = w * mask;
-  else if (w.defined()) pw = w.expand_as(p);
-  else if (mask.defined()) pw = mask;
+  if (w.defined() && mask.defined())
+    pw = w * mask;
+  else if (w.defined())
+    pw = w.expand_as(p);
+  else if (mask.defined())
+    pw = mask;
 
   auto d = p - t;
-  auto wsum_of = [&](const torch::Tensor& x) {
-    return pw.defined() ? (x * pw).sum(0) : x.sum(0);
-  };
+  auto wsum_of = [&](const torch::Tensor& x) { return pw.defined() ? (x * pw).sum(0) : x.sum(0); };
   // One (6, C) block of per-channel sums; metrics and losses are views of it.
   auto abs_d = d.abs();
   auto sq_d = d * d;
   std::vector<torch::Tensor> rows = {wsum_of(abs_d), wsum_of(t.abs()), wsum_of(sq_d),
                                      wsum_of(t * t)};
-  torch::Tensor weight_sum = pw.defined() ? pw.sum(0)
-                                          : torch::full({channels_}, static_cast<double>(p.size(0)),
-                                                        p.options());
+  torch::Tensor weight_sum =
+      pw.defined() ? pw.sum(0)
+                   : torch::full({channels_}, static_cast<double>(p.size(0)), p.options());
   rows.push_back(weight_sum);
   if (options_.type == "huber") {
     auto huber = torch::where(abs_d < 1.0, 0.5 * sq_d, abs_d - 0.5);
@@ -136,33 +123,36 @@ LossResult LossCalculator::compute(const torch::Tensor& prediction_in,
   auto sums = torch::stack(rows);  // (R, C)
   auto ssd = sums[2], sst = sums[3], wsum = sums[4];
   torch::Tensor per_channel_loss;
-  if (options_.type == "huber") per_channel_loss = sums[5] / wsum;
-  else if (options_.type == "mse") per_channel_loss = ssd / wsum;
-  else per_channel_loss = ssd / sst;  // relative mse: mse / mean(t^2)
+  if (options_.type == "huber")
+    per_channel_loss = sums[5] / wsum;
+  else if (options_.type == "mse")
+    per_channel_loss = ssd / wsum;
+  else
+    per_channel_loss = ssd / sst;  // relative mse: mse / mean(t^2)
   torch::Tensor counts = mask.defined() ? mask.sum(0) : torch::Tensor();
 
   LossResult out;
   std::vector<torch::Tensor> field_losses;
   torch::Tensor total;
   int64_t c0 = 0;
-  for (const auto& f : options_.fields) {
-    auto fl = per_channel_loss.narrow(0, c0, f.channels).sum();
+  for (const auto& f : options_.fields.fields()) {
+    auto fl = per_channel_loss.narrow(0, c0, f.channels()).sum() * f.loss_weight;
     field_losses.push_back(fl);
-    total = total.defined() ? total + fl * f.loss_weight : fl * f.loss_weight;
-    c0 += f.channels;
+    total = total.defined() ? total + fl : fl;
+    c0 += f.channels();
   }
   out.total = total / static_cast<double>(channels_);
   out.scalars.add("loss", out.total.detach());
   for (size_t i = 0; i < field_losses.size(); ++i) {
-    out.scalars.add("loss/" + options_.fields[i].name, field_losses[i].detach());
+    out.scalars.add("loss/" + options_.fields.fields()[i].name, field_losses[i].detach());
   }
   // Metrics: every key's numerator and denominator are sums of per-channel
   // rows, so two matrix-vector products give them all (a handful of kernels
   // instead of several per metric); l2 takes a square root.
   const auto& sel = selection(p.device());
   auto flat = sums.narrow(0, 0, 5).detach().reshape({-1});
-  auto metrics = (torch::matmul(flat, sel.numerator) / torch::matmul(flat, sel.denominator))
-                     .pow(sel.power);
+  auto metrics =
+      (torch::matmul(flat, sel.numerator) / torch::matmul(flat, sel.denominator)).pow(sel.power);
   torch::Tensor metric_counts;
   if (counts.defined()) metric_counts = torch::matmul(counts, sel.channels);
   for (size_t j = 0; j < sel.keys.size(); ++j) {

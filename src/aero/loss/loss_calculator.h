@@ -2,8 +2,9 @@
 // reading anything back to the host: every result is an on-device 0-d tensor.
 //
 // Loss per field (type huber with delta 1, mse, or rmse = mse / mean(t^2)):
-// the sum of its per-component losses; the total is sum_f w_f * loss_f over
-// the total channel count. Metrics per scalar field, per vector component
+// the sum of its per-component losses times the field's loss weight (logged
+// as loss/<field>, as the recipe logs it); the total is the sum of those
+// over the total channel count. Metrics per scalar field, per vector component
 // (velocity_x_l2) and per vector field (velocity_l2):
 //   l1 = sum|p-t| / sum|t|,  l2 = ||p-t|| / ||t||,  mae = mean|p-t|.
 // Optional per-point weights (cell area or volume) weight every sum. With
@@ -11,7 +12,7 @@
 // each metric carries its count of finite targets into the readback.
 #pragma once
 
-#include "aero/loss/target_fields.h"
+#include "aero/fields/field_schema.h"
 #include "core/readback/step_scalars.h"
 
 #include <torch/types.h>
@@ -26,13 +27,13 @@ namespace slipstream::aero {
 struct LossOptions {
   std::string type = "huber";  // huber | mse | rmse
   bool mask_nonfinite = false;
-  std::vector<TargetField> fields = default_target_fields();
+  FieldSchema fields = default_volume_fields();  // channels and loss weights
   std::vector<std::string> metrics = {"l1", "l2", "mae"};
 };
 
 struct LossResult {
-  torch::Tensor total;       // 0-d fp32, differentiable
-  StepScalars scalars;       // "loss", "loss/<field>", then the metrics
+  torch::Tensor total;  // 0-d fp32, differentiable
+  StepScalars scalars;  // "loss", "loss/<field>", then the metrics
 };
 
 class LossCalculator {

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "aero/device/device.h"
+#include "aero/model/numerics.h"
 
 #ifdef SLIPSTREAM_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>

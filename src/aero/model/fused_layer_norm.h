@@ -4,7 +4,7 @@
 // whose width the kernels take (kernels/layer_norm_kernels.h: multiples of
 // 256 up to 1024) it is one autograd function over those kernels, which
 // keep the mean and 1/std per row for the backward. Anywhere else it is
-// layer_norm_in_autocast_dtype (device.h): the same in ATen ops, with
+// layer_norm_in_autocast_dtype (numerics.h): the same in ATen ops, with
 // weight and bias rounded to bf16 under autocast, at::layer_norm otherwise.
 #pragma once
 

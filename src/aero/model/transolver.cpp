@@ -2,10 +2,10 @@
 
 #include <torch/torch.h>
 
-#include "aero/device/device.h"
 #include "aero/model/fused_layer_norm.h"
 #include "aero/model/fused_physics_attention.h"
 #include "aero/model/linear.h"
+#include "aero/model/numerics.h"
 #include "aero/model/slice_ops.h"
 
 #include <cmath>
@@ -23,9 +23,9 @@ void trunc_normal_(torch::Tensor t, double std, double a, double b) {
 }
 
 MlpImpl::MlpImpl(int64_t in, int64_t hidden, int64_t out) {
-  layers = register_module(
-      "layers", torch::nn::Sequential(torch::nn::Linear(in, hidden), torch::nn::GELU(),
-                                      torch::nn::Linear(hidden, out)));
+  layers = register_module("layers",
+                           torch::nn::Sequential(torch::nn::Linear(in, hidden), torch::nn::GELU(),
+                                                 torch::nn::Linear(hidden, out)));
 }
 
 namespace {
@@ -58,7 +58,8 @@ PhysicsAttentionImpl::PhysicsAttentionImpl(const TransolverOptions& o)
   temperature = register_parameter("temperature", torch::full({1, 1, heads, 1}, 0.5));
   in_project_slice = register_module("in_project_slice", torch::nn::Linear(dim_head, slices));
   qkv_project = register_module(
-      "qkv_project", torch::nn::Linear(torch::nn::LinearOptions(dim_head, 3 * dim_head).bias(false)));
+      "qkv_project",
+      torch::nn::Linear(torch::nn::LinearOptions(dim_head, 3 * dim_head).bias(false)));
   out_linear = register_module("out_linear", torch::nn::Linear(c, c));
   in_project_x = register_module("in_project_x", torch::nn::Linear(c, c));
   in_project_fx = register_module("in_project_fx", torch::nn::Linear(c, c));
@@ -81,16 +82,16 @@ torch::Tensor PhysicsAttentionImpl::forward(const torch::Tensor& x_in) {
   auto fx_mid = linear(*in_project_fx, x).view({b, n, heads, dim_head});
   torch::Tensor out;
   if (uses_fused(x_mid)) {
-    out = fused_physics_attention(x_mid, fx_mid,
-                                  {in_project_slice->weight, in_project_slice->bias, temperature,
-                                   qkv_project->weight, eps});
+    out = fused_physics_attention(
+        x_mid, fx_mid,
+        {in_project_slice->weight, in_project_slice->bias, temperature, qkv_project->weight, eps});
   } else {
-    auto w = slice_weights(x_mid);                                        // B N H G
-    auto norm = w.sum(1);                                                 // B H G
-    auto slice_token = torch::einsum("bnhg,bnhc->bhgc", {w, fx_mid});     // B H G D
+    auto w = slice_weights(x_mid);                                     // B N H G
+    auto norm = w.sum(1);                                              // B H G
+    auto slice_token = torch::einsum("bnhg,bnhc->bhgc", {w, fx_mid});  // B H G D
     slice_token = slice_token / (norm + eps).unsqueeze(-1);
     auto out_slice = slice_token_attention(slice_token, qkv_project->weight);  // B H G D
-    out = torch::einsum("bnhg,bhgc->bnhc", {w, out_slice});               // B N H D
+    out = torch::einsum("bnhg,bhgc->bnhc", {w, out_slice});                    // B N H D
   }
   return linear(*out_linear, out.reshape({b, n, heads * dim_head}));
 }
@@ -129,8 +130,8 @@ torch::Tensor TransolverBlockImpl::forward(const torch::Tensor& x_in) {
 
 TransolverImpl::TransolverImpl(TransolverOptions o) : options_(o) {
   TORCH_CHECK(o.n_layers >= 1, "model: n_layers must be >= 1, got ", o.n_layers);
-  preprocess = register_module(
-      "preprocess", Mlp(o.functional_dim + o.embedding_dim, 2 * o.n_hidden, o.n_hidden));
+  preprocess = register_module("preprocess",
+                               Mlp(o.functional_dim + o.embedding_dim, 2 * o.n_hidden, o.n_hidden));
   blocks = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < o.n_layers; ++i) {
     blocks->push_back(TransolverBlock(o, i == o.n_layers - 1));
@@ -154,32 +155,32 @@ void TransolverImpl::reset_parameters() {
 }
 
 torch::Tensor TransolverImpl::forward(const torch::Tensor& embedding, const torch::Tensor& fx) {
-  TORCH_CHECK(embedding.dim() == 3 && fx.dim() == 3, "model: expected (B, N, E) and (B, N, F) inputs, got ",
-              embedding.sizes(), " and ", fx.sizes());
-  TORCH_CHECK(embedding.size(-1) == options_.embedding_dim && fx.size(-1) == options_.functional_dim,
-              "model: expected embedding dim ", options_.embedding_dim, " and functional dim ",
-              options_.functional_dim, ", got ", embedding.size(-1), " and ", fx.size(-1));
+  TORCH_CHECK(embedding.dim() == 3 && fx.dim() == 3,
+              "model: expected (B, N, E) and (B, N, F) inputs, got ", embedding.sizes(), " and ",
+              fx.sizes());
+  TORCH_CHECK(
+      embedding.size(-1) == options_.embedding_dim && fx.size(-1) == options_.functional_dim,
+      "model: expected embedding dim ", options_.embedding_dim, " and functional dim ",
+      options_.functional_dim, ", got ", embedding.size(-1), " and ", fx.size(-1));
   auto x = preprocess->forward(torch::cat({embedding, fx}, -1));
   for (const auto& block : *blocks) x = block->as<TransolverBlock>()->forward(x);
   return x;
 }
 
-void TransolverImpl::load_named(const std::map<std::string, torch::Tensor>& tensors,
-                                const std::string& prefix) {
-  torch::NoGradGuard no_grad;
-  for (auto& p : named_parameters()) {
-    auto it = tensors.find(prefix + p.key());
-    TORCH_CHECK(it != tensors.end(), "model: no tensor '", prefix + p.key(), "' to load");
-    TORCH_CHECK(it->second.sizes() == p.value().sizes(), "model: tensor '", prefix + p.key(),
-                "' has shape ", it->second.sizes(), ", the model expects ", p.value().sizes());
-    p.value().copy_(it->second);
-  }
+torch::Tensor TransolverImpl::forward(const ModelInputs& inputs) {
+  return forward(input(inputs, "embedding"), input(inputs, "fx"));
 }
 
-int64_t TransolverImpl::parameter_count() const {
-  int64_t n = 0;
-  for (const auto& p : parameters()) n += p.numel();
-  return n;
+nlohmann::json TransolverImpl::numerics(c10::Device device, bool bf16) const {
+  const auto& m = options_;
+  bool fused = false;
+  if (m.fused_attention && bf16) {
+    const auto probe = torch::empty({1, 1, m.n_head, m.n_hidden / m.n_head},
+                                    torch::dtype(torch::kBFloat16).device(device));
+    fused = slice_ops::kernels_apply(probe, m.slice_num);
+  }
+  return {{"physics_attention", fused ? "fused CUDA kernels" : "plain LibTorch"},
+          {"layer_norm", bf16 && m.bf16_layer_norm ? "bf16" : "fp32"}};
 }
 
 }  // namespace slipstream::aero

@@ -18,6 +18,8 @@
 // 8,964,709 parameters.
 #pragma once
 
+#include "aero/model/model.h"
+
 #include <torch/nn/module.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/container/modulelist.h>
@@ -93,20 +95,21 @@ class TransolverBlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(TransolverBlock);
 
-class TransolverImpl : public torch::nn::Module {
+// Inputs: "embedding" (B, N, E) and "fx" (B, N, F).
+class TransolverImpl : public Model {
  public:
   explicit TransolverImpl(TransolverOptions o);
   // embedding (B, N, E), fx (B, N, F) -> (B, N, out_dim)
   torch::Tensor forward(const torch::Tensor& embedding, const torch::Tensor& fx);
+  torch::Tensor forward(const ModelInputs& inputs) override;
+  std::vector<std::string> input_names() const override { return {"embedding", "fx"}; }
+  std::string class_name() const override { return "Transolver"; }
+  // physics_attention: "fused CUDA kernels" or "plain LibTorch"; layer_norm:
+  // "bf16" or "fp32".
+  nlohmann::json numerics(c10::Device device, bool bf16) const override;
   // Truncated-normal(std 0.02) Linear weights, zero biases, LayerNorm 1/0,
   // temperatures 0.5.
   void reset_parameters();
-  // Copies tensors by PhysicsNeMo state-dict name (an optional prefix such
-  // as "param." is stripped); every parameter must be present with its
-  // shape, else a c10::Error names it.
-  void load_named(const std::map<std::string, torch::Tensor>& tensors,
-                  const std::string& prefix = "");
-  int64_t parameter_count() const;
   const TransolverOptions& options() const { return options_; }
 
   Mlp preprocess{nullptr};

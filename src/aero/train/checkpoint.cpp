@@ -20,18 +20,21 @@ constexpr const char* kFormat = "slipstream-checkpoint-v1";
 }  // namespace
 
 std::string save_checkpoint(const std::string& dir, int64_t epoch, int64_t global_step,
-                            Transolver& model, const MuonAdamW& optimizer) {
+                            Model& model, const MuonAdamW& optimizer,
+                            const std::map<std::string, std::string>& metadata) {
   fs::create_directories(dir);
   std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (const auto& p : model->named_parameters()) tensors.emplace_back("model." + p.key(), p.value());
+  for (const auto& p : model.named_parameters())
+    tensors.emplace_back("model." + p.key(), p.value());
   for (const auto& [k, v] : optimizer.state_tensors()) tensors.emplace_back("optim." + k, v);
   char name[64];
   std::snprintf(name, sizeof(name), "%s%04lld%s", kPrefix, static_cast<long long>(epoch), kSuffix);
   const std::string path = dir + "/" + name;
-  write_safetensors(path, tensors,
-                    {{"format", kFormat},
-                     {"epoch", std::to_string(epoch)},
-                     {"global_step", std::to_string(global_step)}});
+  auto meta = metadata;
+  meta["format"] = kFormat;
+  meta["epoch"] = std::to_string(epoch);
+  meta["global_step"] = std::to_string(global_step);
+  write_safetensors(path, tensors, meta);
   return path;
 }
 
@@ -46,13 +49,14 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
     } catch (const std::exception&) {
     }
   }
-  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::sort(found.begin(), found.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<std::string> out;
   for (auto& f : found) out.push_back(f.second);
   return out;
 }
 
-CheckpointInfo load_checkpoint(const std::string& path, Transolver* model, MuonAdamW* optimizer) {
+CheckpointInfo load_checkpoint(const std::string& path, Model* model, MuonAdamW* optimizer) {
   const auto f = read_safetensors(path);
   TORCH_CHECK(f.metadata.count("format") && f.metadata.at("format") == kFormat, "checkpoint: '",
               path, "' is not a Slipstream checkpoint");
@@ -62,7 +66,7 @@ CheckpointInfo load_checkpoint(const std::string& path, Transolver* model, MuonA
     if (name.rfind("optim.", 0) == 0) optim_tensors[name.substr(6)] = t;
   }
   try {
-    if (model != nullptr) (*model)->load_named(model_tensors);
+    if (model != nullptr) model->load_named(model_tensors);
     if (optimizer != nullptr) optimizer->load_state_tensors(optim_tensors);
   } catch (const c10::Error& e) {
     TORCH_CHECK(false, "checkpoint: '", path, "': ", e.what_without_backtrace());
@@ -71,20 +75,26 @@ CheckpointInfo load_checkpoint(const std::string& path, Transolver* model, MuonA
   info.path = path;
   info.epoch = std::stoll(f.metadata.at("epoch"));
   info.global_step = std::stoll(f.metadata.at("global_step"));
+  info.metadata = f.metadata;
   return info;
 }
 
-std::optional<CheckpointInfo> load_newest_checkpoint(const std::string& path, Transolver* model,
+std::optional<CheckpointInfo> load_newest_checkpoint(const std::string& path, Model* model,
                                                      MuonAdamW* optimizer) {
   if (fs::is_regular_file(path)) return load_checkpoint(path, model, optimizer);
   for (const auto& candidate : list_checkpoints(path)) {
     try {
       return load_checkpoint(candidate, model, optimizer);
     } catch (const c10::Error& e) {
-      std::cerr << "slipstream: skipping damaged checkpoint: " << e.what_without_backtrace() << "\n";
+      std::cerr << "slipstream: skipping damaged checkpoint: " << e.what_without_backtrace()
+                << "\n";
     }
   }
   return std::nullopt;
+}
+
+std::optional<CheckpointInfo> read_checkpoint_info(const std::string& path) {
+  return load_newest_checkpoint(path, nullptr, nullptr);
 }
 
 }  // namespace slipstream::aero

@@ -1,12 +1,11 @@
 #include "aero/train/train_settings.h"
 
-#include "aero/data/loader.h"
-
 #include <c10/util/Exception.h>
 
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <sstream>
 
 namespace slipstream::aero {
 
@@ -33,38 +32,100 @@ void check_one_of(const std::string& key, const std::string& value,
 void check_positive(const std::string& key, double v) {
   TORCH_CHECK(v > 0, "config: '", key, "' must be > 0, got ", v);
 }
-}  // namespace
 
-std::vector<TargetField> target_fields(const std::vector<std::string>& names) {
-  std::vector<TargetField> out;
-  for (const auto& n : names) out.push_back({n, n == "velocity" ? 3 : 1, 1.0});
+// A map-valued key (name -> value), or an empty node when absent or null.
+YAML::Node section(const Config& c, const std::string& key) {
+  YAML::Node n = YAML::Clone(c.root());
+  std::stringstream ss(key);
+  for (std::string part; std::getline(ss, part, '.');) {
+    if (!n.IsMap() || !n[part]) return YAML::Node();
+    n.reset(n[part]);
+  }
+  if (n.IsNull()) return YAML::Node();
+  TORCH_CHECK(n.IsMap(), "config: '", key, "' must map target names to values");
+  return n;
+}
+
+std::string join(const std::vector<std::string>& xs) {
+  std::string out;
+  for (const auto& x : xs) out += (out.empty() ? "" : ", ") + x;
   return out;
 }
 
-TransolverOptions resolve_model_options(const Config& c) {
-  check_one_of("model.name", c.get<std::string>("model.name"), {"transolver"});
-  TransolverOptions m;
-  m.functional_dim = c.get<int64_t>("model.functional_dim");
-  m.embedding_dim = c.get<int64_t>("model.embedding_dim");
-  m.out_dim = c.get<int64_t>("model.out_dim");
-  m.n_layers = c.get<int64_t>("model.n_layers");
-  m.n_hidden = c.get<int64_t>("model.n_hidden");
-  m.n_head = c.get<int64_t>("model.n_head");
-  m.slice_num = c.get<int64_t>("model.slice_num");
-  m.mlp_ratio = c.get<int64_t>("model.mlp_ratio");
-  m.fused_attention = c.get<bool>("model.fused_attention");
-  m.bf16_layer_norm = c.get<bool>("model.bf16_layer_norm");
-  for (auto [k, v] : {std::pair{"model.n_layers", m.n_layers}, {"model.n_hidden", m.n_hidden},
-                      {"model.n_head", m.n_head}, {"model.slice_num", m.slice_num},
-                      {"model.mlp_ratio", m.mlp_ratio}, {"model.out_dim", m.out_dim}}) {
-    check_positive(k, static_cast<double>(v));
+}  // namespace
+
+FieldSchema resolve_fields(const Config& c) {
+  const YAML::Node targets = section(c, "dataset.targets");
+  TORCH_CHECK(targets && targets.size() > 0,
+              "config: 'dataset.targets' must map each target field to its type, e.g. "
+              "{velocity: vector, pressure: scalar, nut: scalar}");
+  std::vector<FieldSpec> fields;
+  std::vector<std::string> names;
+  for (const auto& kv : targets) {
+    FieldSpec f;
+    f.name = kv.first.as<std::string>();
+    const std::string key = "dataset.targets." + f.name;
+    TORCH_CHECK(kv.second.IsScalar(), "config: '", key, "' must be scalar or vector");
+    try {
+      f.type = parse_field_type(kv.second.as<std::string>());
+    } catch (const c10::Error& e) {
+      TORCH_CHECK(false, "config: '", key, "': ", e.what_without_backtrace());
+    }
+    names.push_back(f.name);
+    fields.push_back(std::move(f));
   }
-  TORCH_CHECK(m.n_hidden % m.n_head == 0, "config: 'model.n_hidden' (", m.n_hidden,
-              ") must be divisible by 'model.n_head' (", m.n_head, ")");
-  TORCH_CHECK(m.embedding_dim == 7 && m.functional_dim == 3,
-              "config: the loader builds embedding_dim 7 (points, sdf, normals) and "
-              "functional_dim 3 (U_inf); got ", m.embedding_dim, " and ", m.functional_dim);
-  return m;
+  auto field_of = [&](const std::string& map_key, const std::string& name) -> FieldSpec& {
+    for (auto& f : fields) {
+      if (f.name == name) return f;
+    }
+    TORCH_CHECK(false, "config: '", map_key, ".", name, "': '", name,
+                "' is not a target field (dataset.targets: ", join(names), ")");
+  };
+  for (const auto& kv : section(c, "dataset.nondim")) {
+    const auto name = kv.first.as<std::string>();
+    FieldSpec& f = field_of("dataset.nondim", name);
+    try {
+      f.nondim = parse_nondim(kv.second.as<std::string>());
+    } catch (const c10::Error& e) {
+      TORCH_CHECK(false, "config: 'dataset.nondim.", name, "': ", e.what_without_backtrace());
+    }
+  }
+  for (const auto& kv : section(c, "dataset.normalization")) {
+    const auto name = kv.first.as<std::string>();
+    const std::string key = "dataset.normalization." + name;
+    FieldSpec& f = field_of("dataset.normalization", name);
+    TORCH_CHECK(kv.second.IsMap(), "config: '", key, "' must be {mean: ..., std: ...}");
+    for (const auto& e : kv.second) {
+      const auto k = e.first.as<std::string>();
+      TORCH_CHECK(k == "mean" || k == "std", "config: unknown key '", key, ".", k,
+                  "' (a normalization takes mean and std)");
+    }
+    try {
+      const YAML::Node mean = kv.second["mean"];
+      if (mean) {
+        f.mean = mean.IsSequence() ? mean.as<std::vector<double>>()
+                                   : std::vector<double>{mean.as<double>()};
+      }
+      if (kv.second["std"]) f.std_dev = kv.second["std"].as<double>();
+    } catch (const YAML::Exception&) {
+      TORCH_CHECK(false, "config: '", key,
+                  "' must hold numbers: mean (one, or one per component) and std");
+    }
+  }
+  for (const auto& kv : section(c, "loss.field_weights")) {
+    const auto name = kv.first.as<std::string>();
+    FieldSpec& f = field_of("loss.field_weights", name);
+    try {
+      f.loss_weight = kv.second.as<double>();
+    } catch (const YAML::Exception&) {
+      TORCH_CHECK(false, "config: 'loss.field_weights.", name, "' must be a number");
+    }
+  }
+  try {
+    return FieldSchema(std::move(fields));
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, "config: ", e.what_without_backtrace());
+  }
 }
 
 TrainSettings resolve_settings(const Config& c) {
@@ -105,25 +166,19 @@ TrainSettings resolve_settings(const Config& c) {
   check_one_of("scheduler.interval", interval, {"epoch", "step"});
   s.scheduler_per_step = interval == "step";
 
-  s.targets = c.get<std::vector<std::string>>("dataset.targets");
-  TORCH_CHECK(!s.targets.empty(), "config: 'dataset.targets' is empty");
-  s.loss.type = c.get<std::string>("loss.type");
-  check_one_of("loss.type", s.loss.type, {"huber", "mse", "rmse"});
-  s.loss.mask_nonfinite = c.get<bool>("loss.mask_nonfinite");
-  s.loss.fields = target_fields(s.targets);
+  s.loss_type = c.get<std::string>("loss.type");
+  check_one_of("loss.type", s.loss_type, {"huber", "mse", "rmse"});
+  s.mask_nonfinite = c.get<bool>("loss.mask_nonfinite");
+  s.metrics = c.get<std::vector<std::string>>("loss.metrics");
+  for (const auto& m : s.metrics) check_one_of("loss.metrics", m, {"l1", "l2", "mae"});
   const auto weighting = c.get<std::string>("loss.weighting");
-  check_one_of("loss.weighting", weighting, {"none", "volume"});
-  s.volume_weights = weighting == "volume";
+  check_one_of("loss.weighting", weighting, {"none", "volume", "area"});
+  s.weight_field = weighting == "none" ? "" : weighting;
   s.console_every_n_steps = c.get<int>("logging.console_every_n_steps");
   check_positive("logging.console_every_n_steps", s.console_every_n_steps);
   s.tensorboard = c.get<bool>("logging.tensorboard");
   s.distributed_timeout_s = c.get<int64_t>("distributed.timeout_s");
   check_positive("distributed.timeout_s", static_cast<double>(s.distributed_timeout_s));
-
-  s.model = resolve_model_options(c);
-  TORCH_CHECK(s.model.out_dim == total_channels(s.loss.fields), "config: 'model.out_dim' is ",
-              s.model.out_dim, " but 'dataset.targets' need ", total_channels(s.loss.fields),
-              " channels");
 
   const auto dataset_name = c.get<std::string>("dataset.name");
   check_one_of("dataset.name", dataset_name, {"synthetic", "prepared"});
@@ -133,10 +188,6 @@ TrainSettings resolve_settings(const Config& c) {
   s.transforms.subsample = c.get<std::string>("dataset.transforms.subsample");
   check_one_of("dataset.transforms.subsample", s.transforms.subsample, {"random", "block"});
   s.transforms.center = c.get<bool>("dataset.transforms.center");
-  s.transforms.nondimensionalize = c.get<bool>("dataset.transforms.nondimensionalize");
-  s.transforms.nut_mean = c.get<double>("dataset.transforms.nut_mean");
-  s.transforms.nut_std = c.get<double>("dataset.transforms.nut_std");
-  check_positive("dataset.transforms.nut_std", s.transforms.nut_std);
   s.transforms.rotate_z_max_deg = c.get<double>("dataset.transforms.rotate_z_max_deg");
   s.transforms.translate_max = c.get<double>("dataset.transforms.translate_max");
   TORCH_CHECK(s.transforms.rotate_z_max_deg >= 0 && s.transforms.translate_max >= 0,
@@ -154,20 +205,10 @@ TrainSettings resolve_settings(const Config& c) {
   return s;
 }
 
-LoaderOptions loader_options_for(const TrainSettings& s, c10::Device device) {
-  LoaderOptions o;
-  o.sampling_resolution = s.sampling_resolution;
-  o.device = device;
-  o.seed = s.seed;
-  o.volume_weights = s.volume_weights;
-  o.target_names = s.targets;
-  o.transforms = s.transforms;
-  return o;
-}
-
 double scheduled_lr(const TrainSettings& s, int64_t t) {
   if (s.scheduler == "none") return s.optimizer.lr;
-  return s.optimizer.lr * std::pow(s.scheduler_gamma, static_cast<double>(t / s.scheduler_step_size));
+  return s.optimizer.lr *
+         std::pow(s.scheduler_gamma, static_cast<double>(t / s.scheduler_step_size));
 }
 
 }  // namespace slipstream::aero

@@ -1,16 +1,18 @@
-// TrainSettings: every option the trainer uses, resolved from a Config in
-// one place (and validated there, so bad values fail before any work).
+// TrainSettings: the run's schedule, logging, paths and dataset options,
+// resolved from a Config in one place and validated there, so that bad
+// values fail before any work. The model's options are resolved by its
+// family (model/registry.h), the target fields by resolve_fields().
 #pragma once
 
 #include "aero/config/config.h"
-#include "aero/data/dataset.h"
+#include "aero/data/synthetic.h"
 #include "aero/data/transforms.h"
-#include "aero/loss/loss_calculator.h"
-#include "aero/model/transolver.h"
+#include "aero/fields/field_schema.h"
 #include "aero/optim/muon_adamw.h"
 #include "core/readback/step_readback.h"
 
 #include <string>
+#include <vector>
 
 namespace slipstream::aero {
 
@@ -31,31 +33,32 @@ struct TrainSettings {
   int64_t scheduler_step_size = 1;
   double scheduler_gamma = 1.0;
   bool scheduler_per_step = false;
-  LossOptions loss;
-  bool volume_weights = false;
+  std::string loss_type = "huber";
+  bool mask_nonfinite = false;
+  std::vector<std::string> metrics{"l1", "l2", "mae"};
+  std::string weight_field;  // "volume" or "area": weight the loss; empty: none
   int console_every_n_steps = 1;
   bool tensorboard = true;
   int64_t distributed_timeout_s = 180;
 
-  TransolverOptions model;
   // Dataset.
   std::string dataset_path;  // empty: synthetic in memory
   int64_t num_train = 0, num_val = 0;
   SyntheticOptions synthetic;
   int64_t sampling_resolution = 0;
   bool shuffle = true;
-  std::vector<std::string> targets;
   TransformOptions transforms;
 
   std::string run_dir() const { return output_dir + "/" + run_id; }
 };
 
 TrainSettings resolve_settings(const Config& config);
-// The loader's options for these settings (no augmentation).
-struct LoaderOptions;
-LoaderOptions loader_options_for(const TrainSettings& s, c10::Device device);
-TransolverOptions resolve_model_options(const Config& config);
-std::vector<TargetField> target_fields(const std::vector<std::string>& names);
+
+// The target fields from the dataset's `targets`, `nondim` and
+// `normalization` maps and the loss's `field_weights`; a name in those maps
+// that is not a target is an error naming the key.
+FieldSchema resolve_fields(const Config& config);
+
 // The learning rate after `t` scheduler intervals.
 double scheduled_lr(const TrainSettings& s, int64_t t);
 

@@ -1,32 +1,26 @@
-// Trainer: the recipe's training loop around the sync-free readback.
+// Trainer: the recipe's training loop around the sync-free readback, over a
+// Run that build_run() assembled (train/run.h).
 //
-// Per train step: next batch (prefetched), forward under bf16 autocast on
-// CUDA, loss and metrics as on-device 0-d tensors, backward, gradient
-// all-reduce when distributed, optimizer step; then StepReadback::start()
-// with the step's lr and wall time, and deliver_landed(). Nothing in the
-// loop reads a device value on the host. The epoch's end drains the
-// readback, logs the summary (mean of the epoch's step values, which are
-// already all-rank means), saves a checkpoint every `save_interval` epochs
-// and steps the schedule.
+// Per train step: next batch (prefetched), forward under bf16 autocast when
+// the run's precision is bf16, loss and metrics as on-device 0-d tensors,
+// backward, gradient all-reduce when distributed, optimizer step; then
+// StepReadback::start() with the step's lr and wall time, and
+// deliver_landed(). Nothing in the loop reads a device value on the host.
+// The epoch's end drains the readback, logs the summary (mean of the
+// epoch's step values, which are already all-rank means), saves a checkpoint
+// every `save_interval` epochs and steps the schedule.
 //
 // Only rank 0 writes logs and checkpoints; every rank runs the same number
 // of steps, so per-step collectives cannot deadlock.
 #pragma once
 
-#include "aero/data/loader.h"
-#include "aero/device/sync_audit.h"
-#include "aero/loss/loss_calculator.h"
-#include "aero/model/transolver.h"
-#include "aero/optim/muon_adamw.h"
-#include "aero/train/train_settings.h"
-#include "core/distributed/communicator.h"
-#include "core/distributed/gradient_averager.h"
+#include "aero/train/run.h"
+#include "core/device/sync_audit.h"
 #include "core/readback/step_readback.h"
 #include "core/sinks/metrics_logger.h"
 
 #include <functional>
 #include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -48,9 +42,7 @@ struct TrainResult {
 
 class Trainer {
  public:
-  // `config_yaml` is written to the run directory; `comm` may be null.
-  Trainer(TrainSettings settings, std::string config_yaml, Communicator* comm = nullptr,
-          int local_rank = 0);
+  explicit Trainer(Run& run);
   ~Trainer();
 
   TrainResult fit();
@@ -58,7 +50,7 @@ class Trainer {
   // For `slipstream bench` and tests: one epoch each, with no checkpoints.
   EpochResult train_epoch(int64_t epoch);
   EpochResult val_epoch(int64_t epoch);
-  void set_readback_policy(ReadbackPolicy p) { settings_.readback = p; }
+  void set_readback_policy(ReadbackPolicy p) { run_.spec.settings.readback = p; }
   // Per-step wall times (seconds) of the last train epoch, host clock.
   const std::vector<double>& last_step_times() const { return step_times_; }
   // Called at the start of each train step with its index in the epoch.
@@ -66,43 +58,19 @@ class Trainer {
 
   // Counts synchronizing CUDA calls per steady-state train step, by phase.
   // Must be called on the training thread (c10's warning handler is per-thread).
-  void set_sync_audit(bool on) {
-    audit_enabled_ = on;
-    if (!on) audit_.stop();
-  }
+  void set_sync_audit(bool on);
   std::string sync_audit_report() const;
   const SyncAudit& sync_audit() const { return audit_; }
 
-  c10::Device device() const { return device_; }
-  Transolver& model() { return model_; }
-  bool is_rank0() const { return rank_ == 0; }
-  // Whether physics attention runs the fused CUDA kernels in this run (CUDA,
-  // bf16 autocast, model.fused_attention, a head size and slice count they
-  // take); else the plain LibTorch path.
-  bool fused_attention_active() const;
-  const TrainSettings& settings() const { return settings_; }
+  Run& run() { return run_; }
 
  private:
   void setup_logging();
-  LoaderOptions loader_options() const;
   StepReadback::Options readback_options(const char* phase) const;
-  void check_same_config_on_every_rank();
-  double global_max(double value);
-  void log_summary(const char* phase, const EpochResult& r);
   EpochResult finish_epoch(const char* phase, int64_t epoch, int64_t steps, double seconds,
-                           std::map<std::string, double> means);
+                           const std::map<std::string, double>& means);
 
-  TrainSettings settings_;
-  std::string config_yaml_;
-  Communicator* comm_;
-  int rank_ = 0, world_ = 1;
-  c10::Device device_;
-  bool bf16_ = false;
-  Transolver model_{nullptr};
-  std::unique_ptr<MuonAdamW> optimizer_;
-  std::unique_ptr<LossCalculator> loss_;
-  std::unique_ptr<GradientAverager> averager_;
-  DatasetSplits data_;
+  Run& run_;
   MetricsLogger logger_;
   int64_t global_step_ = 0;
   int64_t val_step_ = 0;

@@ -3,8 +3,11 @@
 //   <run>/*.stl          the vehicle's surface (watertight)
 //   <run>/metadata.json  {"U_inf": [ux, uy, uz], "rho_inf": 1.0, "p_inf": 0.0,
 //                         "nu": 1.5e-5, "L_ref": 1.0}
-// read_raw_run turns one into a Sample: the fields renamed to the target
-// names, and each point's SDF and SDF normal to the STL.
+// read_raw_run turns one into a Sample: each target field of the schema read
+// from the .vtu field its name maps to (DrivAerML's names by default) and
+// checked to have the schema's channel count, each point's SDF and SDF
+// normal to the STL, and the free stream (U_inf, rho_inf, p_inf, L_ref) from
+// metadata.json.
 //
 // prepare_runs does that for every run under a directory and writes the
 // trainer's format (one safetensors sample per run and manifest.json with a
@@ -14,6 +17,7 @@
 
 #include "aero/data/sample.h"
 #include "aero/data/synthetic.h"
+#include "aero/fields/field_schema.h"
 
 #include <map>
 #include <string>
@@ -21,13 +25,18 @@
 
 namespace slipstream::aero {
 
-// target name -> field name in the .vtu (DrivAerML's names by default).
-std::map<std::string, std::string> default_field_names();
+// Target name -> field name in DrivAerML's files (UMeanTrim, pMeanTrim,
+// nutMeanTrim, wallShearStressMeanTrim).
+std::map<std::string, std::string> drivaerml_field_names();
 
-Sample read_raw_run(const std::string& run_dir, const std::map<std::string, std::string>& fields);
+// `vtu_names` maps a target to its field in the .vtu; a target it leaves out
+// is looked up under DrivAerML's name, then under its own.
+Sample read_raw_run(const std::string& run_dir, const FieldSchema& targets,
+                    const std::map<std::string, std::string>& vtu_names);
 
 struct PrepareOptions {
-  std::map<std::string, std::string> fields = default_field_names();
+  FieldSchema targets = default_volume_fields();
+  std::map<std::string, std::string> vtu_names;  // target -> .vtu field
   double val_fraction = 0.25;
 };
 struct PrepareReport {

@@ -25,7 +25,8 @@ int launch_local_ranks(int nproc, int master_port, const std::string& program,
     for (char** e = environ; *e != nullptr; ++e) {
       const std::string kv = *e;
       bool ours = false;
-      for (const char* k : {"RANK=", "LOCAL_RANK=", "WORLD_SIZE=", "MASTER_ADDR=", "MASTER_PORT="}) {
+      for (const char* k :
+           {"RANK=", "LOCAL_RANK=", "WORLD_SIZE=", "MASTER_ADDR=", "MASTER_PORT="}) {
         ours |= kv.rfind(k, 0) == 0;
       }
       if (!ours) env.push_back(kv);
@@ -36,16 +37,19 @@ int launch_local_ranks(int nproc, int master_port, const std::string& program,
     env.push_back("MASTER_ADDR=127.0.0.1");
     env.push_back("MASTER_PORT=" + std::to_string(master_port));
     std::vector<char*> envp;
+    envp.reserve(env.size() + 1);
     for (auto& s : env) envp.push_back(s.data());
     envp.push_back(nullptr);
     std::vector<std::string> argv_s{program};
     argv_s.insert(argv_s.end(), args.begin(), args.end());
     std::vector<char*> argv;
+    argv.reserve(argv_s.size() + 1);
     for (auto& s : argv_s) argv.push_back(s.data());
     argv.push_back(nullptr);
     pid_t pid = 0;
     const int rc = posix_spawn(&pid, program.c_str(), nullptr, nullptr, argv.data(), envp.data());
-    TORCH_CHECK(rc == 0, "launch: cannot start rank ", rank, " (", program, "): ", std::strerror(rc));
+    TORCH_CHECK(rc == 0, "launch: cannot start rank ", rank, " (", program,
+                "): ", std::strerror(rc));
     pids.push_back(pid);
   }
   int result = 0;

@@ -1,8 +1,10 @@
 #include "core/distributed/process_group.h"
 
 #include <c10/util/Exception.h>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+// c10d::Work, declared by the backends too, but needed without either of them.
+#include <torch/csrc/distributed/c10d/Work.hpp>
 
 #ifdef SLIPSTREAM_WITH_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -12,9 +14,9 @@
 #endif
 
 #include <cstdlib>
+#include <string>
 #include <type_traits>
 #include <utility>
-#include <string>
 #include <vector>
 
 namespace slipstream {
@@ -65,11 +67,13 @@ struct HasShutdown<T, std::void_t<decltype(std::declval<T&>().shutdown())>> : st
 template <class Backend>
 class C10dCommunicator final : public Communicator {
  public:
-  C10dCommunicator(c10::intrusive_ptr<c10d::Store> store,
-                   c10::intrusive_ptr<Backend> backend, int rank, int world,
-                   std::string name)
-      : store_(std::move(store)), backend_(std::move(backend)), rank_(rank),
-        world_(world), name_(std::move(name)) {}
+  C10dCommunicator(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<Backend> backend,
+                   int rank, int world, std::string name)
+      : store_(std::move(store)),
+        backend_(std::move(backend)),
+        rank_(rank),
+        world_(world),
+        name_(std::move(name)) {}
 
   ~C10dCommunicator() override {
     if constexpr (HasShutdown<Backend>::value) {
@@ -105,7 +109,7 @@ class C10dCommunicator final : public Communicator {
   void barrier() override { backend_->barrier()->wait(); }
 
  private:
-  void all_reduce(at::Tensor& t, c10d::ReduceOp op) {
+  void all_reduce(at::Tensor& t, const c10d::ReduceOp& op) {
     std::vector<at::Tensor> ts{t};
     c10d::AllreduceOptions opts;
     opts.reduceOp = op;
@@ -160,8 +164,7 @@ bool has_nccl_backend() {
 #endif
 }
 
-std::unique_ptr<Communicator> init_process_group(const DistributedEnv& env,
-                                                 c10::Device device,
+std::unique_ptr<Communicator> init_process_group(const DistributedEnv& env, c10::Device device,
                                                  const ProcessGroupOptions& options) {
   if (env.world_size <= 1) return nullptr;
   c10d::TCPStoreOptions store_opts;
@@ -179,30 +182,27 @@ std::unique_ptr<Communicator> init_process_group(const DistributedEnv& env,
     store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_opts);
   } catch (const std::exception& e) {
     TORCH_CHECK(false, "distributed: rank ", env.rank, " could not ",
-                store_opts.isServer ? "host" : "reach", " the rendezvous at ",
-                env.master_addr, ":", env.master_port, ": ", e.what());
+                store_opts.isServer ? "host" : "reach", " the rendezvous at ", env.master_addr, ":",
+                env.master_port, ": ", e.what());
   }
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>("slipstream", store);
   if (device.is_cuda()) {
 #ifdef SLIPSTREAM_WITH_NCCL
     auto opts = c10d::ProcessGroupNCCL::Options::create();
     opts->timeout = options.timeout;
-    auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, env.rank,
-                                                          env.world_size, opts);
-    return std::make_unique<C10dCommunicator<c10d::ProcessGroupNCCL>>(
-        store, pg, env.rank, env.world_size, "nccl");
+    auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, env.rank, env.world_size, opts);
+    return std::make_unique<C10dCommunicator<c10d::ProcessGroupNCCL>>(store, pg, env.rank,
+                                                                      env.world_size, "nccl");
 #else
     TORCH_CHECK(false, "distributed: this build has no NCCL backend for CUDA tensors");
 #endif
   }
 #ifdef SLIPSTREAM_WITH_GLOO
   auto opts = c10d::ProcessGroupGloo::Options::create(options.timeout);
-  opts->devices.push_back(
-      c10d::ProcessGroupGloo::createDeviceForHostname(env.master_addr));
-  auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, env.rank,
-                                                        env.world_size, opts);
-  return std::make_unique<C10dCommunicator<c10d::ProcessGroupGloo>>(
-      store, pg, env.rank, env.world_size, "gloo");
+  opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(env.master_addr));
+  auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, env.rank, env.world_size, opts);
+  return std::make_unique<C10dCommunicator<c10d::ProcessGroupGloo>>(store, pg, env.rank,
+                                                                    env.world_size, "gloo");
 #else
   TORCH_CHECK(false, "distributed: this build has no Gloo backend for CPU tensors");
 #endif

@@ -1,12 +1,14 @@
 #include "core/io/safetensors.h"
 
+#include "core/io/atomic_file.h"
+
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <fcntl.h>
-#include <nlohmann/json.hpp>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cerrno>
@@ -108,21 +110,20 @@ SafetensorsFile read_safetensors(const std::string& path) {
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
       for (auto m = it.value().begin(); m != it.value().end(); ++m) {
-        out.metadata[m.key()] = m.value().is_string() ? m.value().get<std::string>()
-                                                      : m.value().dump();
+        out.metadata[m.key()] =
+            m.value().is_string() ? m.value().get<std::string>() : m.value().dump();
       }
       continue;
     }
     const std::string where = "safetensors: '" + path + "' tensor '" + it.key() + "'";
     const auto& entry = it.value();
-    TORCH_CHECK(entry.contains("dtype") && entry.contains("shape") &&
-                    entry.contains("data_offsets"),
-                where, ": entry needs dtype, shape and data_offsets");
+    TORCH_CHECK(
+        entry.contains("dtype") && entry.contains("shape") && entry.contains("data_offsets"), where,
+        ": entry needs dtype, shape and data_offsets");
     const at::ScalarType dtype = parse_dtype(entry["dtype"].get<std::string>(), where);
     std::vector<int64_t> shape = entry["shape"].get<std::vector<int64_t>>();
     const auto offsets = entry["data_offsets"].get<std::vector<uint64_t>>();
-    TORCH_CHECK(offsets.size() == 2 && offsets[0] <= offsets[1], where,
-                ": bad data_offsets");
+    TORCH_CHECK(offsets.size() == 2 && offsets[0] <= offsets[1], where, ": bad data_offsets");
     TORCH_CHECK(offsets[1] <= data_size, where, ": data ends at byte ", offsets[1],
                 " but the file holds ", data_size, " data bytes (truncated file?)");
     int64_t numel = 1;
@@ -136,8 +137,9 @@ SafetensorsFile read_safetensors(const std::string& path) {
     void* ptr = const_cast<char*>(bytes + data_begin + offsets[0]);
     at::Tensor t;
     if (reinterpret_cast<uintptr_t>(ptr) % c10::elementSize(dtype) == 0) {
-      auto keep = mapping;
-      t = at::from_blob(ptr, shape, [keep](void*) {}, at::TensorOptions().dtype(dtype));
+      // The deleter holds the mapping: it lives while any view does.
+      t = at::from_blob(
+          ptr, shape, [mapping](void*) {}, at::TensorOptions().dtype(dtype));
     } else {  // unaligned data: copy rather than view
       t = at::empty(shape, at::TensorOptions().dtype(dtype));
       std::memcpy(t.data_ptr(), ptr, nbytes);
@@ -147,6 +149,7 @@ SafetensorsFile read_safetensors(const std::string& path) {
   }
   // nlohmann's object is sorted by key; restore the file's data order.
   std::vector<std::pair<std::string, at::Tensor>> sorted;
+  sorted.reserve(order.size());
   std::vector<size_t> idx(order.size());
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
   std::stable_sort(idx.begin(), idx.end(),
@@ -154,26 +157,6 @@ SafetensorsFile read_safetensors(const std::string& path) {
   for (size_t i : idx) sorted.push_back(out.tensors[i]);
   out.tensors = std::move(sorted);
   return out;
-}
-
-void write_file_atomically(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  TORCH_CHECK(f != nullptr, "cannot create '", tmp, "': ", std::strerror(errno));
-  const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size() &&
-                  std::fflush(f) == 0 && fsync(fileno(f)) == 0;
-  const int err = errno;
-  std::fclose(f);
-  if (!ok) {
-    std::remove(tmp.c_str());
-    TORCH_CHECK(false, "writing '", tmp, "' failed: ", std::strerror(err));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    TORCH_CHECK(false, "cannot rename '", tmp, "' to '", path, "': ", ec.message());
-  }
 }
 
 void write_safetensors(const std::string& path,

@@ -37,7 +37,4 @@ void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
-// Writes `bytes` to `path` through "<path>.tmp" + fsync + rename.
-void write_file_atomically(const std::string& path, const std::string& bytes);
-
 }  // namespace slipstream

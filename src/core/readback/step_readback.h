@@ -1,7 +1,7 @@
 // StepReadback: read every step's losses and metrics back to the host without
 // making the host wait for the device.
 //
-// Contract (DESIGN.md §2). For each step, `start()`:
+// Contract (docs/design.md, "The readback contract"). For each step, `start()`:
 //   1. packs the step's 0-d tensors into one flat fp64 buffer on their device;
 //   2. when a communicator with world size > 1 is given, runs ONE all-reduce
 //      (SUM) of [value ..., value*count ..., count ...], so that each delivered
@@ -55,7 +55,7 @@ using NamedValues = std::vector<std::pair<std::string, double>>;
 // How a step's values come back to the host.
 enum class ReadbackPolicy {
   kAsync,     // non-blocking copy, delivered once landed (the default)
-  kBlocking,  // reduction then .cpu() at once: the behaviour before the seed
+  kBlocking,  // reduction then .cpu() at once: a loop that waits for the GPU
   kNone,      // nothing is read back or delivered (benchmarks only)
 };
 ReadbackPolicy parse_readback_policy(const std::string& name);
@@ -74,8 +74,8 @@ struct StepRecord {
 struct PendingStep {
   int64_t step = 0;
   std::shared_ptr<const std::vector<std::string>> keys;
-  std::vector<bool> counted;  // per key: was a finite-target count given?
-  at::Tensor host_buffer;     // reduce_step_scalars() of the step, on the host
+  std::vector<bool> counted;        // per key: was a finite-target count given?
+  at::Tensor host_buffer;           // reduce_step_scalars() of the step, on the host
   std::optional<c10::Event> event;  // recorded after the copy, CUDA only
   NamedValues host;
 };
@@ -94,8 +94,7 @@ LandingProbe event_landing_probe();
 // step added them, summed over ranks when distributed. The division into
 // means happens on the host at delivery (the same code for both policies),
 // which saves kernels on the device.
-at::Tensor reduce_step_scalars(const StepScalars& scalars, Communicator* comm,
-                               int64_t step);
+at::Tensor reduce_step_scalars(const StepScalars& scalars, Communicator* comm, int64_t step);
 
 class StepReadback {
  public:
@@ -105,7 +104,7 @@ class StepReadback {
     ReadbackPolicy policy = ReadbackPolicy::kAsync;
     Communicator* comm = nullptr;  // null or world size 1: no all-reduce
     LandingProbe probe = event_landing_probe();
-    std::string name = "train";    // names the phase in error messages
+    std::string name = "train";  // names the phase in error messages
   };
 
   StepReadback(Deliver deliver, Options options);

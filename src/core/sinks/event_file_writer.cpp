@@ -1,6 +1,6 @@
 #include "core/sinks/event_file_writer.h"
 
-#include "core/sinks/crc32c.h"
+#include "core/io/crc32c.h"
 
 #include <c10/util/Exception.h>
 #include <unistd.h>
@@ -79,11 +79,20 @@ struct Cursor {
   }
   void skip(uint8_t wire) {
     switch (wire) {
-      case kVarint: varint(); break;
-      case kFixed64: fixed<uint64_t>(); break;
-      case kLengthDelimited: sub(); break;
-      case kFixed32: fixed<uint32_t>(); break;
-      default: TORCH_CHECK(false, where, ": unknown wire type ", int(wire));
+      case kVarint:
+        varint();
+        break;
+      case kFixed64:
+        fixed<uint64_t>();
+        break;
+      case kLengthDelimited:
+        sub();
+        break;
+      case kFixed32:
+        fixed<uint32_t>();
+        break;
+      default:
+        TORCH_CHECK(false, where, ": unknown wire type ", int(wire));
     }
   }
 };
@@ -148,9 +157,8 @@ std::string encode_file_version_event(double wall_time) {
   return out;
 }
 
-std::string encode_scalar_event(
-    int64_t step, double wall_time,
-    const std::vector<std::pair<std::string, float>>& values) {
+std::string encode_scalar_event(int64_t step, double wall_time,
+                                const std::vector<std::pair<std::string, float>>& values) {
   std::string summary;
   for (const auto& [tag, value] : values) {
     std::string v;
@@ -188,13 +196,11 @@ EventFileWriter::EventFileWriter(const std::string& dir) {
   const auto now = std::chrono::system_clock::now();
   const auto secs =
       std::chrono::duration_cast<std::chrono::seconds>(now.time_since_epoch()).count();
-  path_ = dir + "/events.out.tfevents." + std::to_string(secs) + "." + host +
-          "." + std::to_string(getpid()) + "." + std::to_string(g_file_counter++);
+  path_ = dir + "/events.out.tfevents." + std::to_string(secs) + "." + host + "." +
+          std::to_string(getpid()) + "." + std::to_string(g_file_counter++);
   file_ = std::fopen(path_.c_str(), "wb");
-  TORCH_CHECK(file_ != nullptr, "tensorboard: cannot create '", path_,
-              "': ", std::strerror(errno));
-  const double wall =
-      std::chrono::duration<double>(now.time_since_epoch()).count();
+  TORCH_CHECK(file_ != nullptr, "tensorboard: cannot create '", path_, "': ", std::strerror(errno));
+  const double wall = std::chrono::duration<double>(now.time_since_epoch()).count();
   write_event(encode_file_version_event(wall));
 }
 
@@ -205,13 +211,12 @@ EventFileWriter::~EventFileWriter() {
 void EventFileWriter::write_event(const std::string& event_bytes) {
   const std::string record = frame_tfrecord(event_bytes);
   const size_t n = std::fwrite(record.data(), 1, record.size(), file_);
-  TORCH_CHECK(n == record.size() && std::fflush(file_) == 0,
-              "tensorboard: writing '", path_, "' failed: ", std::strerror(errno));
+  TORCH_CHECK(n == record.size() && std::fflush(file_) == 0, "tensorboard: writing '", path_,
+              "' failed: ", std::strerror(errno));
 }
 
-void EventFileWriter::add_scalars(
-    int64_t step, double wall_time,
-    const std::vector<std::pair<std::string, float>>& values) {
+void EventFileWriter::add_scalars(int64_t step, double wall_time,
+                                  const std::vector<std::pair<std::string, float>>& values) {
   write_event(encode_scalar_event(step, wall_time, values));
 }
 
@@ -220,8 +225,7 @@ void EventFileWriter::flush() { std::fflush(file_); }
 std::vector<TensorBoardEvent> read_event_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   TORCH_CHECK(in.good(), "tensorboard: cannot open '", path, "'");
-  const std::string buf((std::istreambuf_iterator<char>(in)),
-                        std::istreambuf_iterator<char>());
+  const std::string buf((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::vector<TensorBoardEvent> events;
   size_t pos = 0;
   while (pos < buf.size()) {
@@ -231,14 +235,14 @@ std::vector<TensorBoardEvent> read_event_file(const std::string& path) {
     uint32_t length_crc;
     std::memcpy(&length, buf.data() + pos, 8);
     std::memcpy(&length_crc, buf.data() + pos + 8, 4);
-    TORCH_CHECK(length_crc == masked_crc32c(buf.data() + pos, 8), "tensorboard: ",
-                where, ": length CRC mismatch");
+    TORCH_CHECK(length_crc == masked_crc32c(buf.data() + pos, 8), "tensorboard: ", where,
+                ": length CRC mismatch");
     TORCH_CHECK(pos + 12 + length + 4 <= buf.size(), "tensorboard: ", where,
                 ": truncated record of ", length, " bytes");
     uint32_t data_crc;
     std::memcpy(&data_crc, buf.data() + pos + 12 + length, 4);
-    TORCH_CHECK(data_crc == masked_crc32c(buf.data() + pos + 12, length),
-                "tensorboard: ", where, ": data CRC mismatch");
+    TORCH_CHECK(data_crc == masked_crc32c(buf.data() + pos + 12, length), "tensorboard: ", where,
+                ": data CRC mismatch");
     events.push_back(decode_event(buf, pos + 12, pos + 12 + length, where));
     pos += 12 + length + 4;
   }

@@ -13,8 +13,8 @@ namespace slipstream {
 
 std::string utc_timestamp() {
   const auto now = std::chrono::system_clock::now();
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                      now.time_since_epoch()) % 1000;
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()) % 1000;
   const std::time_t t = std::chrono::system_clock::to_time_t(now);
   std::tm tm{};
   gmtime_r(&t, &tm);
@@ -37,32 +37,36 @@ JsonlSink::~JsonlSink() {
 
 void JsonlSink::write_line(const std::string& line) {
   const size_t n = std::fwrite(line.data(), 1, line.size(), file_);
-  TORCH_CHECK(n == line.size() && std::fflush(file_) == 0, "jsonl: writing '",
-              path_, "' failed: ", std::strerror(errno));
+  TORCH_CHECK(n == line.size() && std::fflush(file_) == 0, "jsonl: writing '", path_,
+              "' failed: ", std::strerror(errno));
 }
 
 void JsonlSink::write(const LogRecord& record) {
-  nlohmann::json j;
-  j["kind"] = record.kind;
-  j["ts"] = utc_timestamp();
+  nlohmann::ordered_json j;
+  j["phase"] = record.kind;
+  auto value = [](const Field& f) -> nlohmann::ordered_json {
+    if (f.kind == FieldKind::kIndex) return static_cast<int64_t>(f.value);
+    if (std::isfinite(f.value)) return f.value;
+    return nullptr;
+  };
   for (const auto& f : record.fields) {
-    if (f.kind == FieldKind::kIndex) {
-      j[f.key] = static_cast<int64_t>(f.value);
-    } else if (std::isfinite(f.value)) {
-      j[f.key] = f.value;
-    } else {
-      j[f.key] = nullptr;
-    }
+    j[f.key] = value(f);
+    // The recipe's records carry the total loss as both "loss" and "loss/total".
+    if (f.kind == FieldKind::kLoss && f.key == "loss") j["loss/total"] = value(f);
   }
+  j["ts"] = utc_timestamp();
   write_line(j.dump() + "\n");
 }
 
-void JsonlSink::write_document(const std::string& kind,
-                               const nlohmann::json& doc) {
-  nlohmann::json j;
-  j["kind"] = kind;
+void JsonlSink::write_document(const std::string& kind, const nlohmann::json& doc) {
+  nlohmann::ordered_json j;
+  j["phase"] = kind;
+  if (doc.is_object()) {
+    for (const auto& [k, v] : doc.items()) j[k] = v;
+  } else {
+    j[kind] = doc;
+  }
   j["ts"] = utc_timestamp();
-  j[kind] = doc;
   write_line(j.dump() + "\n");
 }
 

@@ -1,7 +1,11 @@
-// JsonlSink: metrics.jsonl, one JSON object per line, each with "kind" and a
-// UTC "ts" (ISO 8601, milliseconds). Every record is written with one fwrite
-// and flushed before write() returns, so a crash leaves at most one partial
-// last line. Non-finite values are written as null.
+// JsonlSink: metrics.jsonl, one JSON object per line in the layout of
+// PhysicsNeMo's external-aero recipe: the record type under "phase"
+// ("train_step", "val_summary", "config", ...), the fields at the top level
+// (the total loss also as "loss/total", as the recipe writes it), and a UTC
+// "ts" (ISO 8601, milliseconds). A document's keys go to the top level too.
+// Every record is written with one fwrite and flushed before write()
+// returns, so a crash leaves at most one partial last line. Non-finite values
+// are written as null.
 #pragma once
 
 #include "core/sinks/sink.h"

@@ -1,5 +1,5 @@
 #include "aero/config/config.h"
-#include "aero/train/train_settings.h"
+#include "aero/train/run.h"
 
 #include <gtest/gtest.h>
 
@@ -8,9 +8,12 @@ namespace {
 
 const std::string kDir = std::string(SLIPSTREAM_SOURCE_DIR) + "/configs";
 
+// The error of resolving a config as far as building its model, or "".
 std::string error_of(const std::vector<std::string>& overrides) {
   try {
-    resolve_settings(Config::load(kDir, overrides));
+    const auto c = Config::load(kDir, overrides);
+    const auto spec = resolve_run_spec(c);
+    build_model(c, model_shape(spec, synthetic_layout()));
   } catch (const c10::Error& e) {
     return e.what_without_backtrace();
   }
@@ -21,17 +24,18 @@ TEST(ConfigTest, DefaultsResolve) {
   const auto c = Config::load(kDir, {});
   const auto s = resolve_settings(c);
   EXPECT_EQ(c.get<std::string>("defaults.model"), "transolver_small");
-  EXPECT_EQ(s.model.n_hidden, 64);
+  EXPECT_EQ(c.get<int64_t>("model.n_hidden"), 64);
   EXPECT_EQ(s.readback, ReadbackPolicy::kAsync);
-  EXPECT_EQ(s.targets, (std::vector<std::string>{"velocity", "pressure", "nut"}));
+  EXPECT_EQ(resolve_fields(c).names(), (std::vector<std::string>{"velocity", "pressure", "nut"}));
+  EXPECT_EQ(error_of({}), "");
 }
 
 TEST(ConfigTest, OverridesPickGroupFilesAndSetKeys) {
   const auto c = Config::load(kDir, {"model=transolver_volume", "model.n_layers=3",
                                      "training.num_epochs=2", "run_id=x", "optimizer.lr=0.01"});
   const auto s = resolve_settings(c);
-  EXPECT_EQ(s.model.n_hidden, 256);
-  EXPECT_EQ(s.model.n_layers, 3);
+  EXPECT_EQ(c.get<int64_t>("model.n_hidden"), 256);
+  EXPECT_EQ(c.get<int64_t>("model.n_layers"), 3);
   EXPECT_EQ(s.num_epochs, 2);
   EXPECT_EQ(s.run_id, "x");
   EXPECT_DOUBLE_EQ(s.optimizer.lr, 0.01);
@@ -53,6 +57,14 @@ TEST(ConfigTest, BadValuesNameTheKey) {
   EXPECT_NE(model.find("transolver_volume"), std::string::npos) << model;
   EXPECT_NE(error_of({"novalue"}).find("key=value"), std::string::npos);
   EXPECT_NE(error_of({"model.n_head=7"}).find("divisible"), std::string::npos);
+  EXPECT_NE(error_of({"model.name=flare"}).find("transolver"), std::string::npos);
+  // The inputs must be the ones the model family reads.
+  const auto inputs = error_of({"model.inputs={embedding: [points, sdf]}"});
+  EXPECT_NE(inputs.find("embedding, fx"), std::string::npos) << inputs;
+  // A target the samples do not hold is named as such.
+  const auto target = error_of({"dataset.targets={velocity: vector, wss: vector}",
+                                "dataset.nondim={velocity: velocity}", "dataset.normalization={}"});
+  EXPECT_NE(target.find("target 'wss'"), std::string::npos) << target;
 }
 
 TEST(ConfigTest, EditDistance) {

@@ -4,6 +4,7 @@
 #include "aero/data/dataset.h"
 #include "aero/data/loader.h"
 #include "core/io/safetensors.h"
+#include "support/recipe_support.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
@@ -16,9 +17,16 @@
 namespace slipstream::aero {
 namespace {
 
-const std::vector<std::string> kTargets{"velocity", "pressure", "nut"};
-
 using testing::error_message_of;
+
+// What a volume run needs of each sample.
+SampleCheck volume_check() {
+  SampleCheck c;
+  c.required = synthetic_layout();
+  c.required.point_channels.erase("volume");
+  c.targets = {"velocity", "pressure", "nut"};
+  return c;
+}
 
 TEST(SyntheticTest, PotentialFlowHasNoNormalVelocityOnTheSphereAndFreeStreamFarAway) {
   auto u = torch::tensor({1.0, 0.3, -0.2}, torch::kDouble);
@@ -47,15 +55,18 @@ TEST(SyntheticTest, PotentialFlowHasNoNormalVelocityOnTheSphereAndFreeStreamFarA
 TEST(SyntheticTest, DeterministicFromTheSeedAndConsistent) {
   SyntheticOptions o;
   o.points_per_sample = 500;
-  auto a = make_synthetic_sample(3, o), b = make_synthetic_sample(3, o), c = make_synthetic_sample(4, o);
-  EXPECT_TRUE(torch::equal(a.points, b.points));
-  EXPECT_TRUE(torch::equal(a.targets["pressure"], b.targets["pressure"]));
-  EXPECT_FALSE(torch::equal(a.points, c.points));
-  validate_sample(a, kTargets);
-  EXPECT_GT(a.sdf.min().item<double>(), 0.0);  // every point outside the body
-  EXPECT_NEAR((a.sdf_normals.norm(2, 1) - 1).abs().max().item<double>(), 0.0, 1e-5);
+  auto a = make_synthetic_sample(3, o), b = make_synthetic_sample(3, o),
+       c = make_synthetic_sample(4, o);
+  EXPECT_TRUE(torch::equal(a.point("points"), b.point("points")));
+  EXPECT_TRUE(torch::equal(a.point("pressure"), b.point("pressure")));
+  EXPECT_FALSE(torch::equal(a.point("points"), c.point("points")));
+  volume_check()(a);
+  EXPECT_EQ(layout_of(a).point_channels, synthetic_layout().point_channels);
+  EXPECT_EQ(layout_of(a).global_sizes, synthetic_layout().global_sizes);
+  EXPECT_GT(a.point("sdf").min().item<double>(), 0.0);  // every point outside the body
+  EXPECT_NEAR((a.point("sdf_normals").norm(2, 1) - 1).abs().max().item<double>(), 0.0, 1e-5);
   // Bernoulli: p + |u|^2/2 is the same everywhere.
-  auto head = a.targets["pressure"].squeeze(1) + 0.5 * a.targets["velocity"].pow(2).sum(1);
+  auto head = a.point("pressure").squeeze(1) + 0.5 * a.point("velocity").pow(2).sum(1);
   EXPECT_LT((head - head[0]).abs().max().item<double>(), 1e-4);
 }
 
@@ -64,14 +75,20 @@ TEST(DirectoryDatasetTest, RoundTripAndBadFilesNameTheFile) {
   SyntheticOptions o;
   o.points_per_sample = 300;
   write_synthetic_directory(dir.path(), o, 3, 1);
-  auto splits = open_sample_directory(dir.path(), kTargets);
+  auto splits = open_sample_directory(dir.path());
+  splits.train->set_check(volume_check());
   EXPECT_EQ(splits.train->size(), 3u);
   EXPECT_EQ(splits.val->size(), 1u);
   auto s = splits.train->get(1);
-  EXPECT_TRUE(torch::equal(s.points, make_synthetic_sample(1, o).points));
+  const Sample want = make_synthetic_sample(1, o);
+  EXPECT_TRUE(torch::equal(s.point("points"), want.point("points")));
+  EXPECT_TRUE(torch::equal(s.global("U_inf"), want.global("U_inf")));
+  EXPECT_EQ(s.global_scalar("L_ref", 0.0), want.global_scalar("L_ref", 1.0));
+  EXPECT_EQ(splits.train->layout().point_channels, synthetic_layout().point_channels);
+  EXPECT_EQ(splits.train->layout().global_sizes, synthetic_layout().global_sizes);
 
   // Missing directory.
-  EXPECT_NE(error_message_of([&] { open_sample_directory(dir.file("nope"), kTargets); }).find("nope"),
+  EXPECT_NE(error_message_of([&] { open_sample_directory(dir.file("nope")); }).find("nope"),
             std::string::npos);
   // Truncated sample.
   const std::string f0 = dir.file("sample_00000.safetensors");
@@ -82,7 +99,7 @@ TEST(DirectoryDatasetTest, RoundTripAndBadFilesNameTheFile) {
   EXPECT_NE(error_message_of([&] { splits.train->get(0); }).find(f0), std::string::npos);
   // NaN coordinates.
   Sample bad = make_synthetic_sample(2, o);
-  bad.points[5][1] = NAN;
+  bad.point_data["points"][5][1] = NAN;
   const std::string f2 = dir.file("sample_00002.safetensors");
   write_sample_file(f2, bad);
   const auto msg = error_message_of([&] { splits.train->get(2); });
@@ -90,9 +107,13 @@ TEST(DirectoryDatasetTest, RoundTripAndBadFilesNameTheFile) {
   EXPECT_NE(msg.find("non-finite"), std::string::npos) << msg;
   // A sample missing a target field.
   const Sample good = make_synthetic_sample(2, o);
-  write_safetensors(f2, {{"points", good.points}, {"sdf", good.sdf},
-                         {"sdf_normals", good.sdf_normals}, {"U_inf", good.u_inf}});
-  EXPECT_NE(error_message_of([&] { splits.train->get(2); }).find("velocity"), std::string::npos);
+  write_safetensors(f2, {{"points", good.point("points")},
+                         {"sdf", good.point("sdf")},
+                         {"sdf_normals", good.point("sdf_normals")},
+                         {"U_inf", good.global("U_inf")}});
+  const auto missing = error_message_of([&] { splits.train->get(2); });
+  EXPECT_NE(missing.find("has no point field 'nut'"), std::string::npos) << missing;
+  EXPECT_NE(missing.find(f2), std::string::npos) << missing;
 }
 
 TEST(SamplerTest, ShardsAreDisjointAndTheSameLengthOnEveryRank) {
@@ -115,18 +136,20 @@ struct FailingDataset : Dataset {
     return make_synthetic_sample(static_cast<int64_t>(i), o);
   }
   std::string describe() const override { return "failing"; }
+  SampleLayout layout() const override { return synthetic_layout(); }
 };
 
 TEST(PrefetchLoaderTest, DeliversInOrderAndRethrowsWorkerErrorsInOrder) {
   auto ds = std::make_shared<FailingDataset>();
   LoaderOptions o;
   o.sampling_resolution = 32;
+  o.inputs = testing::volume_inputs();
   PrefetchLoader loader(ds, {0, 1, 2, 3, 4}, o, 1);
   for (size_t i = 0; i < 3; ++i) {
     auto b = loader.next();
     EXPECT_EQ(b.sample_index, i);
-    EXPECT_EQ(b.embedding.sizes(), (std::vector<int64_t>{1, 32, 7}));
-    EXPECT_EQ(b.fx.sizes(), (std::vector<int64_t>{1, 32, 3}));
+    EXPECT_EQ(b.inputs.at("embedding").sizes(), (std::vector<int64_t>{1, 32, 7}));
+    EXPECT_EQ(b.inputs.at("fx").sizes(), (std::vector<int64_t>{1, 32, 3}));
     EXPECT_EQ(b.target.sizes(), (std::vector<int64_t>{1, 32, 5}));
   }
   try {
@@ -143,13 +166,14 @@ TEST(PrefetchLoaderTest, SubsampleIsDeterministicAndTargetsLineUpWithPoints) {
   auto s = make_synthetic_sample(0, so);
   LoaderOptions o;
   o.sampling_resolution = 100;
+  o.inputs = testing::volume_inputs();
   auto a = make_host_batch(s, o, 42), b = make_host_batch(s, o, 42);
-  EXPECT_TRUE(torch::equal(a.embedding, b.embedding));
-  // Each row's target belongs to that row's point.
-  auto p = a.embedding[0].narrow(1, 0, 3);
+  EXPECT_TRUE(torch::equal(a.inputs.at("embedding"), b.inputs.at("embedding")));
+  // Each row's target belongs to that row's point (identity fields: unchanged).
+  auto p = a.inputs.at("embedding")[0].narrow(1, 0, 3);
   for (int64_t i = 0; i < 5; ++i) {
-    auto row = (s.points - p[i]).abs().sum(1).argmin().item<int64_t>();
-    EXPECT_TRUE(torch::equal(a.target[0][i].narrow(0, 0, 3), s.targets["velocity"][row]));
+    auto row = (s.point("points") - p[i]).abs().sum(1).argmin().item<int64_t>();
+    EXPECT_TRUE(torch::equal(a.target[0][i].narrow(0, 0, 3), s.point("velocity")[row]));
   }
 }
 

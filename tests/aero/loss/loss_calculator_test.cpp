@@ -10,6 +10,14 @@
 namespace slipstream::aero {
 namespace {
 
+FieldSpec scalar(const std::string& name, double weight = 1.0) {
+  return {name, FieldType::kScalar, Nondim::kIdentity, {}, 1.0, weight};
+}
+
+FieldSpec vector(const std::string& name) {
+  return {name, FieldType::kVector, Nondim::kIdentity, {}, 1.0, 1.0};
+}
+
 double value_of(const StepScalars& s, const std::string& key) {
   for (const auto& e : s.entries()) {
     if (e.key == key) return e.value.item<double>();
@@ -28,7 +36,7 @@ const StepScalars::Entry* entry_of(const StepScalars& s, const std::string& key)
 TEST(LossCalculatorTest, MseAndMetricsMatchHandComputedValues) {
   LossOptions o;
   o.type = "mse";
-  o.fields = {{"velocity", 3, 1.0}, {"pressure", 1, 2.0}};
+  o.fields = FieldSchema({vector("velocity"), scalar("pressure", 2.0)});
   LossCalculator calc(o);
   torch::manual_seed(3);
   auto p = torch::randn({1, 50, 4});
@@ -39,7 +47,8 @@ TEST(LossCalculatorTest, MseAndMetricsMatchHandComputedValues) {
   const double vel = (d.narrow(1, 0, 3).pow(2).mean(0)).sum().item<double>();
   const double pre = d.narrow(1, 3, 1).pow(2).mean().item<double>();
   EXPECT_NEAR(value_of(r.scalars, "loss/velocity"), vel, 1e-5);
-  EXPECT_NEAR(value_of(r.scalars, "loss/pressure"), pre, 1e-5);
+  // Per-field losses carry their weight, as the recipe logs them.
+  EXPECT_NEAR(value_of(r.scalars, "loss/pressure"), 2.0 * pre, 1e-5);
   EXPECT_NEAR(r.total.item<double>(), (vel + 2.0 * pre) / 4.0, 1e-5);
   EXPECT_NEAR(value_of(r.scalars, "pressure_l2"),
               (d.narrow(1, 3, 1).norm() / tt.narrow(1, 3, 1).norm()).item<double>(), 1e-5);
@@ -58,7 +67,7 @@ TEST(LossCalculatorTest, MseAndMetricsMatchHandComputedValues) {
 
 TEST(LossCalculatorTest, HuberAndRelativeMse) {
   LossOptions o;
-  o.fields = {{"pressure", 1, 1.0}};
+  o.fields = FieldSchema({scalar("pressure")});
   auto p = torch::tensor({0.0f, 0.0f, 0.0f}).view({3, 1});
   auto t = torch::tensor({0.5f, 2.0f, -3.0f}).view({3, 1});
   o.type = "huber";
@@ -73,7 +82,7 @@ TEST(LossCalculatorTest, MaskedTargetsAreLeftOutAndCarryCounts) {
   LossOptions o;
   o.type = "mse";
   o.mask_nonfinite = true;
-  o.fields = {{"pressure", 1, 1.0}, {"nut", 1, 1.0}};
+  o.fields = FieldSchema({scalar("pressure"), scalar("nut")});
   auto p = torch::tensor({1.0f, 1.0f, 2.0f, 2.0f, 3.0f, 3.0f}).view({3, 2});
   auto t = torch::tensor({0.0f, NAN, 2.0f, NAN, 5.0f, NAN}).view({3, 2});
   auto r = LossCalculator(o).compute(p, t);
@@ -88,7 +97,7 @@ TEST(LossCalculatorTest, MaskedTargetsAreLeftOutAndCarryCounts) {
 TEST(LossCalculatorTest, WeightsByCellVolume) {
   LossOptions o;
   o.type = "mse";
-  o.fields = {{"pressure", 1, 1.0}};
+  o.fields = FieldSchema({scalar("pressure")});
   auto p = torch::zeros({2, 1});
   auto t = torch::tensor({1.0f, 3.0f}).view({2, 1});
   auto w = torch::tensor({3.0f, 1.0f});

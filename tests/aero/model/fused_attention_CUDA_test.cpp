@@ -1,13 +1,13 @@
 // The fused slice kernels against the plain LibTorch path on the GPU (run by
-// scripts/device_check.sh; skipped without CUDA). Each case trains-steps one
+// scripts/gpu_check.sh; skipped without CUDA). Each case trains-steps one
 // physics-attention layer three ways: plain fp32 (the reference), plain
 // bf16 autocast (what the recipe ran before), and fused bf16 autocast. The
 // fused output and every gradient must be within bf16 tolerance of the
 // reference: at most 3x the plain bf16 path's own error, or 2e-2 relative.
 // Point counts include ones that are not multiples of the 32-point tile.
-#include "aero/device/device.h"
 #include "aero/model/slice_ops.h"
 #include "aero/model/transolver.h"
+#include "core/device/device.h"
 
 #include "support/test_support.h"
 

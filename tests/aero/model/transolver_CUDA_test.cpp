@@ -1,12 +1,13 @@
-// LayerNorm in bf16 on the GPU (run by scripts/device_check.sh; skipped
+// LayerNorm in bf16 on the GPU (run by scripts/gpu_check.sh; skipped
 // without CUDA): the fused kernels against fp32 at::layer_norm, the ATen
 // fallback's dtype rules, and the whole Transolver with the bf16 LayerNorm
 // against autocast's own fp32 LayerNorm, both measured against fp32. Also
 // the bias gradient's column-sum kernels against an fp64 sum.
-#include "aero/device/device.h"
 #include "aero/model/fused_layer_norm.h"
 #include "aero/model/linear.h"
+#include "aero/model/numerics.h"
 #include "aero/model/transolver.h"
+#include "core/device/device.h"
 
 #include "support/test_support.h"
 

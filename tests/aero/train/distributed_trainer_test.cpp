@@ -7,6 +7,7 @@
 #include "core/distributed/gradient_averager.h"
 #include "core/distributed/process_group.h"
 #include "support/multiprocess.h"
+#include "support/recipe_support.h"
 #include "support/test_support.h"
 
 #include <arpa/inet.h>
@@ -89,29 +90,25 @@ std::vector<std::string> tiny_run(const std::string& out) {
 }
 
 // Runs `body` on 2 Gloo ranks that share one output directory.
-void on_two_ranks(
-    const std::function<void(const std::string& out, const DistributedEnv&, Communicator*)>& body) {
+void on_two_ranks(const std::function<void(const std::string& out, const DistributedEnv&)>& body) {
   testing::TempDir dir;
   const std::string out = testing::is_worker() ? std::getenv("SLIPSTREAM_TEST_DIR") : dir.path();
   testing::run_ranks(
-      2,
-      [&] {
-        const auto env = DistributedEnv::from_environment();
-        auto comm = init_process_group(env, c10::Device(c10::kCPU));
-        body(out, env, comm.get());
-      },
+      2, [&] { body(out, DistributedEnv::from_environment()); },
       "SLIPSTREAM_TEST_DIR=" + dir.path());
 }
 
 TEST(DistributedTest, TwoRankTrainingKeepsParametersBitwiseEqualAndRank0Logs) {
   if (!has_gloo_backend()) GTEST_SKIP() << "no Gloo in this build";
-  on_two_ranks([](const std::string& out, const DistributedEnv& env, Communicator* comm) {
-    const auto c = Config::load(std::string(SLIPSTREAM_SOURCE_DIR) + "/configs", tiny_run(out));
-    Trainer trainer(resolve_settings(c), c.to_yaml(), comm);
+  on_two_ranks([](const std::string& out, const DistributedEnv& env) {
+    auto run = build_run(testing::load_config(tiny_run(out)), env);
+    Communicator* comm = run->comm.get();
+    ASSERT_NE(comm, nullptr);
+    Trainer trainer(*run);
     int64_t compared = 0;
     auto check_equal = [&] {
       std::vector<torch::Tensor> flat;
-      for (auto& p : trainer.model()->parameters()) flat.push_back(p.detach().reshape({-1}));
+      for (auto& p : run->model->parameters()) flat.push_back(p.detach().reshape({-1}));
       auto mine = torch::cat(flat);
       auto hi = mine.clone(), lo = -mine;
       comm->all_reduce_max(hi);
@@ -129,11 +126,12 @@ TEST(DistributedTest, TwoRankTrainingKeepsParametersBitwiseEqualAndRank0Logs) {
       int64_t expect = 0;
       for (const auto& line : testing::read_lines(out + "/d/metrics.jsonl")) {
         auto j = nlohmann::json::parse(line);
-        if (j["kind"] == "train_step") {
+        if (j["phase"] == "train_step") {
           EXPECT_EQ(j["global_step"], expect++);
         }
-        if (j["kind"] == "dataset") {
-          EXPECT_EQ(j["dataset"]["world_size"], 2);
+        if (j["phase"] == "dataset") {
+          EXPECT_EQ(j["world_size"], 2);
+          EXPECT_EQ(j["train_samples"], 4);  // per rank, as the recipe's sampler counts
         }
       }
       EXPECT_EQ(expect, 8);  // once each, written by rank 0 alone
@@ -143,12 +141,11 @@ TEST(DistributedTest, TwoRankTrainingKeepsParametersBitwiseEqualAndRank0Logs) {
 
 TEST(DistributedTest, RanksWithDifferentConfigsFailNamingTheRank) {
   if (!has_gloo_backend()) GTEST_SKIP() << "no Gloo in this build";
-  on_two_ranks([](const std::string& out, const DistributedEnv& env, Communicator* comm) {
+  on_two_ranks([](const std::string& out, const DistributedEnv& env) {
     auto overrides = tiny_run(out);
     if (env.rank == 1) overrides.push_back("optimizer.lr=0.5");
-    const auto c = Config::load(std::string(SLIPSTREAM_SOURCE_DIR) + "/configs", overrides);
     try {
-      Trainer trainer(resolve_settings(c), c.to_yaml(), comm);
+      build_run(testing::load_config(overrides), env);
       ADD_FAILURE() << "rank " << env.rank << ": a config mismatch must be an error";
     } catch (const c10::Error& e) {
       const std::string msg = e.what_without_backtrace();

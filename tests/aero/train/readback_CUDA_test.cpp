@@ -1,5 +1,5 @@
-// CUDA proof of the readback contract (DESIGN.md §2), run on the device by
-// scripts/device_check.sh; skipped where no GPU is present.
+// CUDA proof of the readback contract (docs/design.md), run on a GPU by
+// scripts/gpu_check.sh; skipped where no GPU is present.
 //   - async readback of real CUDA steps is bitwise equal to a blocking one,
 //     with and without masked targets, and starts/delivers with CUDA's sync
 //     debugging set to "error" (any synchronizing call throws);
@@ -8,11 +8,12 @@
 //   - real training steps (loader, bf16 forward, loss, metrics, backward,
 //     optimizer, readback) make no synchronizing call in the steady state.
 #include "aero/config/config.h"
-#include "aero/device/device.h"
 #include "aero/train/trainer.h"
+#include "core/device/device.h"
 #include "core/distributed/process_group.h"
 #include "core/readback/step_readback.h"
 #include "support/multiprocess.h"
+#include "support/recipe_support.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
@@ -122,12 +123,13 @@ TEST(ReadbackCudaErrorTest, ThrowWhileCopiesAreInFlightDeliversOnlyALandedPrefix
 TEST(TrainerCudaTest, SteadyStateStepsMakeNoSynchronizingCall_CUDA) {
   SKIP_WITHOUT_CUDA();
   testing::TempDir dir;
-  const auto c = Config::load(std::string(SLIPSTREAM_SOURCE_DIR) + "/configs",
-                              {"device=cuda", "dataset.num_train=4", "dataset.num_val=1",
-                               "dataset.points_per_sample=20000", "dataset.sampling_resolution=16384",
-                               "training.steps_per_epoch=12", "output_dir=" + dir.path(), "run_id=r",
-                               "loss.mask_nonfinite=true", "loss.weighting=volume"});
-  Trainer trainer(resolve_settings(c), c.to_yaml());
+  auto run = build_run(
+      testing::load_config({"device=cuda", "dataset.num_train=4", "dataset.num_val=1",
+                            "dataset.points_per_sample=20000", "dataset.sampling_resolution=16384",
+                            "training.steps_per_epoch=12", "output_dir=" + dir.path(), "run_id=r",
+                            "loss.mask_nonfinite=true", "loss.weighting=volume"}),
+      DistributedEnv{});
+  Trainer trainer(*run);
   trainer.train_epoch(1);  // warm-up: allocator, pinned memory, cuBLAS handles
   // Count in warn mode...
   trainer.set_sync_audit(true);

@@ -1,9 +1,10 @@
 // The trainer end to end on CPU: every step logged once, in order, with its
 // own lr; TensorBoard files that read back; checkpoints and resume; and an
 // exception mid-epoch that logs the landed steps and propagates.
-#include "aero/train/checkpoint.h"
 #include "aero/train/trainer.h"
+#include "aero/train/checkpoint.h"
 #include "core/sinks/event_file_writer.h"
+#include "support/recipe_support.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
@@ -18,27 +19,39 @@ namespace {
 namespace fs = std::filesystem;
 
 std::vector<std::string> tiny(const std::string& out, std::vector<std::string> extra = {}) {
-  std::vector<std::string> o = {"model.n_layers=1",          "model.n_hidden=32",
-                                "model.n_head=2",            "model.slice_num=8",
-                                "dataset.num_train=6",       "dataset.num_val=2",
-                                "dataset.points_per_sample=600", "dataset.sampling_resolution=256",
-                                "training.num_epochs=2",     "output_dir=" + out,
-                                "run_id=r",                  "logging.console_every_n_steps=100",
+  std::vector<std::string> o = {"model.n_layers=1",
+                                "model.n_hidden=32",
+                                "model.n_head=2",
+                                "model.slice_num=8",
+                                "dataset.num_train=6",
+                                "dataset.num_val=2",
+                                "dataset.points_per_sample=600",
+                                "dataset.sampling_resolution=256",
+                                "training.num_epochs=2",
+                                "output_dir=" + out,
+                                "run_id=r",
+                                "logging.console_every_n_steps=100",
                                 "device=cpu"};
   o.insert(o.end(), extra.begin(), extra.end());
   return o;
 }
 
-Trainer make_trainer(const std::vector<std::string>& overrides) {
-  const auto c = Config::load(std::string(SLIPSTREAM_SOURCE_DIR) + "/configs", overrides);
-  return Trainer(resolve_settings(c), c.to_yaml());
-}
+// A run and its trainer, built once from the overrides.
+struct Fixture {
+  std::unique_ptr<Run> run;
+  std::unique_ptr<Trainer> trainer;
+  explicit Fixture(const std::vector<std::string>& overrides)
+      : run(build_run(testing::load_config(overrides), DistributedEnv{})),
+        trainer(std::make_unique<Trainer>(*run)) {}
+  Trainer* operator->() { return trainer.get(); }
+};
 
-std::vector<nlohmann::json> records(const std::string& path, const std::string& kind) {
+// The records of one phase, read as the recipe's tools read metrics.jsonl.
+std::vector<nlohmann::json> records(const std::string& path, const std::string& phase) {
   std::vector<nlohmann::json> out;
   for (const auto& line : testing::read_lines(path)) {
     auto j = nlohmann::json::parse(line);
-    if (j["kind"] == kind) out.push_back(j);
+    if (j["phase"] == phase) out.push_back(j);
   }
   return out;
 }
@@ -46,8 +59,8 @@ std::vector<nlohmann::json> records(const std::string& path, const std::string& 
 TEST(TrainerTest, LogsEveryStepOnceInOrderAndResumes) {
   testing::TempDir dir;
   {
-    Trainer t = make_trainer(tiny(dir.path()));
-    const auto result = t.fit();
+    Fixture t(tiny(dir.path()));
+    const auto result = t->fit();
     ASSERT_EQ(result.train.size(), 2u);
     ASSERT_EQ(result.val.size(), 2u);
   }
@@ -67,14 +80,25 @@ TEST(TrainerTest, LogsEveryStepOnceInOrderAndResumes) {
   auto summary = records(run + "/metrics.jsonl", "train_summary")[0];
   EXPECT_TRUE(summary.contains("epoch_seconds"));
   EXPECT_TRUE(summary.contains("peak_memory_gib"));
-  EXPECT_EQ(records(run + "/metrics.jsonl", "config").size(), 1u);
   EXPECT_TRUE(fs::exists(run + "/resolved_config.yaml"));
-  // Which physics-attention path ran: the fused kernels need CUDA and bf16.
-  const auto model = records(run + "/metrics.jsonl", "model");
-  ASSERT_EQ(model.size(), 1u);
-  EXPECT_EQ(model[0]["model"]["physics_attention"], "plain LibTorch");
-  EXPECT_EQ(model[0]["model"]["layer_norm"], "fp32");  // bf16 only under CUDA autocast
-  EXPECT_GT(model[0]["model"]["parameters"].get<int64_t>(), 0);
+  // The recipe's config record: model, num_parameters, params (flattened);
+  // and which physics-attention path ran (the fused kernels need CUDA, bf16).
+  const auto config = records(run + "/metrics.jsonl", "config");
+  ASSERT_EQ(config.size(), 1u);
+  EXPECT_EQ(config[0]["model"], "Transolver");
+  EXPECT_GT(config[0]["num_parameters"].get<int64_t>(), 0);
+  EXPECT_EQ(config[0]["params"]["model.n_hidden"], "32");
+  EXPECT_EQ(config[0]["precision"], "fp32");
+  EXPECT_EQ(config[0]["numerics"]["physics_attention"], "plain LibTorch");
+  EXPECT_EQ(config[0]["numerics"]["layer_norm"], "fp32");  // bf16 only under CUDA autocast
+  // The recipe's dataset record.
+  const auto dataset = records(run + "/metrics.jsonl", "dataset");
+  ASSERT_EQ(dataset.size(), 1u);
+  EXPECT_EQ(dataset[0]["train_samples"], 6);
+  EXPECT_EQ(dataset[0]["val_samples"], 2);
+  EXPECT_EQ(dataset[0]["dataset_size"], 8);
+  EXPECT_EQ(dataset[0]["targets"]["velocity"], "vector");
+  EXPECT_EQ(dataset[0]["targets"]["nut"], "scalar");
 
   // TensorBoard: every train step's scalars, read back with CRC checks.
   std::vector<std::string> tb_files;
@@ -95,8 +119,8 @@ TEST(TrainerTest, LogsEveryStepOnceInOrderAndResumes) {
   // Checkpoints, then resume into a third epoch.
   EXPECT_EQ(list_checkpoints(run + "/checkpoints").size(), 2u);
   {
-    Trainer t = make_trainer(tiny(dir.path(), {"training.num_epochs=3"}));
-    const auto result = t.fit();
+    Fixture t(tiny(dir.path(), {"training.num_epochs=3"}));
+    const auto result = t->fit();
     EXPECT_EQ(result.start_epoch, 2);
     EXPECT_EQ(result.train.size(), 1u);
   }
@@ -110,10 +134,10 @@ TEST(TrainerTest, LogsEveryStepOnceInOrderAndResumes) {
 
 TEST(TrainerTest, EachStepLogsTheLearningRateOfItsOwnStep) {
   testing::TempDir dir;
-  Trainer t = make_trainer(tiny(dir.path(), {"training.num_epochs=1", "scheduler.interval=step",
-                                             "scheduler.step_size=1", "scheduler.gamma=0.5",
-                                             "training.validate=false"}));
-  t.fit();
+  Fixture t(
+      tiny(dir.path(), {"training.num_epochs=1", "scheduler.interval=step", "scheduler.step_size=1",
+                        "scheduler.gamma=0.5", "training.validate=false"}));
+  t->fit();
   const auto steps = records(dir.path() + "/r/metrics.jsonl", "train_step");
   ASSERT_EQ(steps.size(), 6u);
   for (int i = 0; i < 6; ++i) {
@@ -123,11 +147,11 @@ TEST(TrainerTest, EachStepLogsTheLearningRateOfItsOwnStep) {
 
 TEST(TrainerTest, AnExceptionMidEpochLogsTheLandedStepsAndPropagates) {
   testing::TempDir dir;
-  Trainer t = make_trainer(tiny(dir.path(), {"training.num_epochs=1"}));
-  t.set_step_hook([](int64_t i) {
+  Fixture t(tiny(dir.path(), {"training.num_epochs=1"}));
+  t->set_step_hook([](int64_t i) {
     if (i == 4) throw std::runtime_error("simulated out of memory at step 4");
   });
-  EXPECT_THROW(t.fit(), std::runtime_error);
+  EXPECT_THROW(t->fit(), std::runtime_error);
   const auto steps = records(dir.path() + "/r/metrics.jsonl", "train_step");
   ASSERT_EQ(steps.size(), 4u);  // on CPU every earlier step has landed
   for (int i = 0; i < 4; ++i) EXPECT_EQ(steps[i]["global_step"], i);
@@ -138,15 +162,16 @@ TEST(TrainerTest, BlockingAndAsyncReadbackLogTheSameValues) {
   std::vector<std::vector<nlohmann::json>> runs;
   for (const std::string policy : {"async", "blocking"}) {
     testing::TempDir dir;
-    Trainer t = make_trainer(tiny(dir.path(), {"training.num_epochs=1", "training.validate=false",
-                                               "training.readback=" + policy}));
-    t.fit();
+    Fixture t(tiny(dir.path(), {"training.num_epochs=1", "training.validate=false",
+                                "training.readback=" + policy}));
+    t->fit();
     runs.push_back(records(dir.path() + "/r/metrics.jsonl", "train_step"));
   }
   ASSERT_EQ(runs[0].size(), runs[1].size());
   for (size_t i = 0; i < runs[0].size(); ++i) {
     for (const std::string key : {"loss", "loss/pressure", "velocity_x_l2", "nut_mae"}) {
-      EXPECT_EQ(runs[0][i][key].get<double>(), runs[1][i][key].get<double>()) << key << " step " << i;
+      EXPECT_EQ(runs[0][i][key].get<double>(), runs[1][i][key].get<double>())
+          << key << " step " << i;
     }
   }
 }

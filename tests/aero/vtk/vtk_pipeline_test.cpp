@@ -7,7 +7,6 @@
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <sys/wait.h>
 #include <torch/torch.h>
 #include <vtkCellData.h>
@@ -17,6 +16,7 @@
 #include <vtkUnstructuredGrid.h>
 #include <vtkXMLUnstructuredGridReader.h>
 #include <vtkXMLUnstructuredGridWriter.h>
+#include <nlohmann/json.hpp>
 
 #include <array>
 #include <cmath>
@@ -40,8 +40,8 @@ TEST(SignedDistanceTest, SphereStlMatchesTheAnalyticDistanceWithinTheChordError)
     std::array<double, 3> c{0, 0, 0};
     for (int k = 0; k < 3; ++k)
       for (int d = 0; d < 3; ++d) c[d] += mesh.vertices[f[k]][d] / 3.0;
-    const double dc = std::sqrt(std::pow(c[0] - 0.5, 2) + std::pow(c[1] + 0.25, 2) +
-                                std::pow(c[2] - 0.1, 2));
+    const double dc =
+        std::sqrt(std::pow(c[0] - 0.5, 2) + std::pow(c[1] + 0.25, 2) + std::pow(c[2] - 0.1, 2));
     gap = std::max(gap, r - dc);
   }
   ASSERT_GT(gap, 0.0);
@@ -72,7 +72,8 @@ TEST(SignedDistanceTest, OpenOrEmptyMeshesAreRejectedByName) {
   EXPECT_NE(msg.find("watertight"), std::string::npos) << msg;
   testing::TempDir dir;
   std::ofstream(dir.file("empty.stl")).close();
-  EXPECT_NE(error_message_of([&] { read_stl(dir.file("empty.stl")); }).find("empty.stl"), std::string::npos);
+  EXPECT_NE(error_message_of([&] { read_stl(dir.file("empty.stl")); }).find("empty.stl"),
+            std::string::npos);
 }
 
 TEST(VtkIoTest, CellDataMovesToPointsAndBadFilesNameTheFileAndField) {
@@ -144,13 +145,19 @@ TEST(RawRunTest, WrongComponentsAndMissingMetadataAreNamed) {
   o.points_per_sample = 300;
   write_synthetic_vtk_runs(dir.path(), o, 1);
   const std::string run = dir.file("run_0000");
-  auto fields = default_field_names();
-  fields["velocity"] = "pMeanTrim";  // a scalar where a vector is needed
-  const auto msg = error_message_of([&] { read_raw_run(run, fields); });
+  const FieldSchema targets = default_volume_fields();
+  // A scalar where a vector is needed.
+  const auto msg = error_message_of([&] {
+    read_raw_run(run, targets, {{"velocity", "pMeanTrim"}});
+  });
   EXPECT_NE(msg.find("pMeanTrim"), std::string::npos) << msg;
   EXPECT_NE(msg.find("velocity"), std::string::npos) << msg;
+  // The run reads back with DrivAerML's names, and carries its free stream.
+  const Sample s = read_raw_run(run, targets, {});
+  EXPECT_EQ(s.point("velocity").size(1), 3);
+  EXPECT_TRUE(s.has_global("L_ref"));
   fs::remove(run + "/metadata.json");
-  EXPECT_NE(error_message_of([&] { read_raw_run(run, default_field_names()); }).find("metadata.json"),
+  EXPECT_NE(error_message_of([&] { read_raw_run(run, targets, {}); }).find("metadata.json"),
             std::string::npos);
 }
 
@@ -163,18 +170,26 @@ TEST(VtkPipelineTest, MakeSyntheticPrepareTrainInferThenReadThePredictionBack) {
   testing::TempDir dir;
   const std::string bin = std::getenv("SLIPSTREAM_BIN");
   const std::string d = dir.path();
-  const std::string cfg = " device=cpu model.n_layers=1 model.n_hidden=32 model.n_head=2 model.slice_num=8";
-  ASSERT_EQ(sh(bin + " make-synthetic --format vtk --out " + d + "/raw dataset.num_train=3 "
-               "dataset.num_val=1 dataset.points_per_sample=3000 > " + d + "/log 2>&1"), 0);
-  ASSERT_EQ(sh(bin + " prepare --in " + d + "/raw --out " + d + "/prepared >> " + d + "/log 2>&1"), 0);
-  ASSERT_EQ(sh(bin + " train dataset=prepared dataset.path=" + d + "/prepared training.num_epochs=1 "
-               "run_id=r output_dir=" + d + "/runs dataset.sampling_resolution=1024" + cfg +
-               " >> " + d + "/log 2>&1"), 0);
+  const std::string cfg =
+      " device=cpu model.n_layers=1 model.n_hidden=32 model.n_head=2 model.slice_num=8";
+  ASSERT_EQ(sh(bin + " make-synthetic --format vtk --out " + d +
+               "/raw dataset.num_train=3 "
+               "dataset.num_val=1 dataset.points_per_sample=3000 > " +
+               d + "/log 2>&1"),
+            0);
+  ASSERT_EQ(sh(bin + " prepare --in " + d + "/raw --out " + d + "/prepared >> " + d + "/log 2>&1"),
+            0);
+  ASSERT_EQ(sh(bin + " train dataset=prepared dataset.path=" + d +
+               "/prepared training.num_epochs=1 "
+               "run_id=r output_dir=" +
+               d + "/runs dataset.sampling_resolution=1024" + cfg + " >> " + d + "/log 2>&1"),
+            0);
   ASSERT_EQ(sh(bin + " infer --checkpoint " + d + "/runs/r/checkpoints --in " + d +
-               "/raw/run_0003 --out " + d + "/pred.vtu --device cpu >> " + d + "/log 2>&1"), 0)
+               "/raw/run_0003 --out " + d + "/pred.vtu --device cpu >> " + d + "/log 2>&1"),
+            0)
       << d;
   const std::vector<std::string> names = {"velocity_pred", "velocity_true", "velocity_error",
-                                          "pressure_pred", "nut_pred", "nut_error"};
+                                          "pressure_pred", "nut_pred",      "nut_error"};
   vtkNew<vtkXMLUnstructuredGridReader> reader;
   reader->SetFileName((d + "/pred.vtu").c_str());
   reader->Update();
@@ -190,11 +205,13 @@ TEST(VtkPipelineTest, MakeSyntheticPrepareTrainInferThenReadThePredictionBack) {
   auto out = read_vtu(d + "/pred.vtu", {"velocity_pred", "velocity_true", "velocity_error"});
   EXPECT_TRUE(torch::allclose(out.fields["velocity_true"], raw.fields["UMeanTrim"]));
   EXPECT_TRUE(torch::allclose(out.fields["velocity_error"],
-                              out.fields["velocity_pred"] - out.fields["velocity_true"], 1e-5, 1e-6));
+                              out.fields["velocity_pred"] - out.fields["velocity_true"], 1e-5,
+                              1e-6));
   std::ifstream metrics(d + "/pred.json");
   const auto j = nlohmann::json::parse(metrics);
   EXPECT_TRUE(j["metrics"].contains("velocity_l2"));
   EXPECT_EQ(j["points"], 3000);
+  EXPECT_EQ(j["precision"], "fp32");
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // StepReadback on CPU: ordering, exactly-once delivery, held steps, the
 // error path, per-step host fields, and bitwise equality with a blocking
-// readback (DESIGN.md §2).
+// readback (docs/design.md, "The readback contract").
 #include "core/readback/step_readback.h"
 #include "support/test_support.h"
 
@@ -27,8 +27,8 @@ StepScalars make_step(int64_t step, bool masked) {
   s.add("loss/pressure", at::rand({}, at::kDouble));
   if (masked) {
     const int64_t count = step % 4 == 0 ? 0 : 100 + step;
-    at::Tensor v = count == 0 ? at::full({}, std::numeric_limits<float>::quiet_NaN())
-                              : at::rand({});
+    at::Tensor v =
+        count == 0 ? at::full({}, std::numeric_limits<float>::quiet_NaN()) : at::rand({});
     s.add_counted("pressure_l2", v, at::full({}, count, at::kLong));
   }
   s.add("velocity_x_mae", at::rand({}));
@@ -217,8 +217,7 @@ TEST(StepReadbackUnitTest, BlockingPolicyDeliversAtOnceAndNoneDeliversNothing) {
   EXPECT_THROW(parse_readback_policy("sometimes"), c10::Error);
 }
 
-void expect_error_mentions(const std::function<void()>& f,
-                           const std::vector<std::string>& parts) {
+void expect_error_mentions(const std::function<void()>& f, const std::vector<std::string>& parts) {
   try {
     f();
     ADD_FAILURE() << "expected an error";
@@ -238,18 +237,29 @@ TEST(StepReadbackUnitTest, BadInputNamesTheKeyAndStep) {
   r2.start(0, make_step(0, false));
   StepScalars renamed = make_step(1, false);
   StepScalars other;
-  for (const auto& e : renamed.entries()) other.add(e.key == "loss/pressure" ? "loss/p" : e.key, e.value);
+  for (const auto& e : renamed.entries())
+    other.add(e.key == "loss/pressure" ? "loss/p" : e.key, e.value);
   expect_error_mentions([&] { r2.start(1, other); }, {"step 1", "'loss/p'", "'loss/pressure'"});
 
   StepReadback r3([](const StepRecord&) {});
   StepScalars negative;
   negative.add_counted("nut_l2", at::ones({}), at::full({}, -3, at::kLong));
-  expect_error_mentions([&] { r3.start(9, negative); r3.drain(); }, {"step 9", "'nut_l2'", "count"});
+  expect_error_mentions(
+      [&] {
+        r3.start(9, negative);
+        r3.drain();
+      },
+      {"step 9", "'nut_l2'", "count"});
 
   StepReadback r4([](const StepRecord&) {});
   StepScalars inf;
   inf.add_counted("nut_l2", at::ones({}), at::full({}, INFINITY));
-  expect_error_mentions([&] { r4.start(2, inf); r4.drain(); }, {"step 2", "'nut_l2'", "count"});
+  expect_error_mentions(
+      [&] {
+        r4.start(2, inf);
+        r4.drain();
+      },
+      {"step 2", "'nut_l2'", "count"});
 }
 
 }  // namespace

@@ -29,13 +29,15 @@ TEST(JsonlSinkTest, OneParseableRecordPerLineInOrder) {
   const auto lines = testing::read_lines(path);
   ASSERT_EQ(lines.size(), 21u);
   const auto config = nlohmann::json::parse(lines[0]);
-  EXPECT_EQ(config["kind"], "config");
-  EXPECT_EQ(config["config"]["model"], "transolver");
+  EXPECT_EQ(config["phase"], "config");
+  EXPECT_EQ(config["model"], "transolver");  // a document's keys at the top, as the recipe's
   for (int step = 0; step < 20; ++step) {
     const auto j = nlohmann::json::parse(lines[step + 1]);
-    EXPECT_EQ(j["kind"], "train_step");
+    EXPECT_EQ(j["phase"], "train_step");
+    EXPECT_FALSE(j.contains("kind"));
     EXPECT_EQ(j["global_step"], step);
     EXPECT_EQ(j["loss"].get<double>(), 1.0 / (step + 1));
+    EXPECT_EQ(j["loss/total"].get<double>(), 1.0 / (step + 1));
     const std::string ts = j["ts"];
     EXPECT_EQ(ts.size(), 24u) << ts;
     EXPECT_EQ(ts.back(), 'Z');

@@ -117,8 +117,7 @@ void column_sum(const void* m, int64_t rows, int64_t width, float* partial, floa
   const auto s = static_cast<cudaStream_t>(stream);
   const int w = static_cast<int>(width);
   if (rows <= 0) {
-    cudaMemsetAsync(out, 0, sizeof(float) * width, s);
-    kernels::check_launch("column sum", "memset");
+    kernels::check_cuda(cudaMemsetAsync(out, 0, sizeof(float) * width, s), "cudaMemsetAsync");
     return;
   }
   const int64_t per = rows_per_block(rows, width);

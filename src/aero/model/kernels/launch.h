@@ -17,11 +17,19 @@ inline void check_launch(const char* family, const char* what) {
   }
 }
 
+// Throws naming the CUDA runtime call and its error when it failed.
+inline void check_cuda(cudaError_t result, const char* call) {
+  if (result != cudaSuccess) {
+    throw std::runtime_error(std::string(call) + " failed: " + cudaGetErrorString(result));
+  }
+}
+
 // Multiprocessors on the current device (at least 1).
 inline int sm_count() {
   int device = 0, sms = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+             "cudaDeviceGetAttribute(cudaDevAttrMultiProcessorCount)");
   return sms > 0 ? sms : 1;
 }
 

@@ -172,6 +172,7 @@ __global__ void __launch_bounds__(kThreads)
 
 void check_launch(const char* what) { kernels::check_launch("layer norm kernels", what); }
 
+using kernels::check_cuda;
 using kernels::sm_count;
 
 // Enough blocks to fill the device once (as many as fit on a
@@ -180,7 +181,8 @@ using kernels::sm_count;
 template <typename Kernel>
 unsigned grid_for(Kernel kernel, int64_t rows, int rows_per_warp, int max_per_sm) {
   int per_sm = 0;
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0);
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0),
+             "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
   per_sm = per_sm < 1 ? 1 : (per_sm > max_per_sm ? max_per_sm : per_sm);
   const int64_t rows_per_block = int64_t(kWarps) * rows_per_warp;
   const int64_t need = (rows + rows_per_block - 1) / rows_per_block;

@@ -927,6 +927,7 @@ __global__ void __launch_bounds__(kRegThreads)
 
 void check_launch(const char* what) { kernels::check_launch("slice kernels", what); }
 
+using kernels::check_cuda;
 using kernels::sm_count;
 
 // One wave: at most as many blocks as fit on the device at once, each
@@ -934,12 +935,12 @@ using kernels::sm_count;
 template <typename Kernel>
 dim3 launch_grid(Kernel kernel, int threads, size_t smem, const Problem& p, int* tiles_per_block,
                  int tile, int splits = 1) {
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(smem)) != cudaSuccess) {
-    check_launch("cudaFuncSetAttribute");
-  }
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(smem)),
+             "cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize)");
   int per_sm = 0;
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem),
+             "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
   if (per_sm < 1) per_sm = 1;
   const int64_t heads = p.batch * p.heads;
   const int64_t tiles = (p.points + tile - 1) / tile;

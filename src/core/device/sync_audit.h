@@ -13,7 +13,7 @@
 #include <memory>
 #include <string>
 
-namespace slipstream::aero {
+namespace slipstream {
 
 enum class Phase { kLoader, kForward, kLoss, kBackward, kOptimizer, kReadback, kLogging, kOther };
 constexpr int kPhaseCount = 8;
@@ -28,7 +28,10 @@ class SyncAudit {
   void stop();
   bool active() const { return active_; }
   void set_phase(Phase p) { phase_ = p; }
-  void begin_steady_step() { ++steady_steps_; counting_ = true; }
+  void begin_steady_step() {
+    ++steady_steps_;
+    counting_ = true;
+  }
   void end_steady_step() { counting_ = false; }
 
   int64_t total() const;
@@ -53,4 +56,4 @@ class SyncAudit {
   int64_t other_warnings_ = 0;
 };
 
-}  // namespace slipstream::aero
+}  // namespace slipstream

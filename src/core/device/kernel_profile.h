@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace slipstream::aero {
+namespace slipstream {
 
 struct KernelTime {
   std::string name;
@@ -26,7 +26,4 @@ std::vector<KernelTime> profile_kernels(const std::function<void()>& work,
 // gpu_memcpy or gpu_memset and "dur" in microseconds).
 std::vector<KernelTime> kernel_times_from_trace(const std::string& trace_path);
 
-// A table of the `top` longest, per step: ms, calls and share of the total.
-std::string format_kernel_table(const std::vector<KernelTime>& times, int steps, int top);
-
-}  // namespace slipstream::aero
+}  // namespace slipstream

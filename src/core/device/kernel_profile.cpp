@@ -1,4 +1,4 @@
-#include "aero/device/kernel_profile.h"
+#include "core/device/kernel_profile.h"
 
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
@@ -10,7 +10,7 @@
 #include <fstream>
 #include <map>
 
-namespace slipstream::aero {
+namespace slipstream {
 
 std::vector<KernelTime> profile_kernels(const std::function<void()>& work,
                                         const std::string& trace_path) {
@@ -50,31 +50,11 @@ std::vector<KernelTime> kernel_times_from_trace(const std::string& trace_path) {
     k.total_us += e.value("dur", 0.0);
   }
   std::vector<KernelTime> out;
+  out.reserve(by_name.size());
   for (auto& [name, k] : by_name) out.push_back(std::move(k));
   std::sort(out.begin(), out.end(),
             [](const KernelTime& a, const KernelTime& b) { return a.total_us > b.total_us; });
   return out;
 }
 
-std::string format_kernel_table(const std::vector<KernelTime>& times, int steps, int top) {
-  double total = 0.0;
-  for (const auto& k : times) total += k.total_us;
-  const double per = steps > 0 ? steps : 1;
-  std::string s;
-  char line[512];
-  std::snprintf(line, sizeof line, "GPU time per step: %.2f ms in %zu kernel names\n",
-                total / per / 1e3, times.size());
-  s += line;
-  std::snprintf(line, sizeof line, "%9s %7s %6s  %s\n", "ms/step", "calls", "share", "kernel");
-  s += line;
-  for (int i = 0; i < top && i < static_cast<int>(times.size()); ++i) {
-    const auto& k = times[i];
-    std::string name = k.name.size() > 110 ? k.name.substr(0, 107) + "..." : k.name;
-    std::snprintf(line, sizeof line, "%9.3f %7.1f %5.1f%%  %s\n", k.total_us / per / 1e3,
-                  k.calls / per, total > 0 ? 100.0 * k.total_us / total : 0.0, name.c_str());
-    s += line;
-  }
-  return s;
-}
-
-}  // namespace slipstream::aero
+}  // namespace slipstream

@@ -1,16 +1,16 @@
-#include "aero/device/sync_audit.h"
+#include "core/device/sync_audit.h"
 
-#include "aero/device/device.h"
+#include "core/device/device.h"
 
 #include <torch/version.h>
 
 #include <sstream>
 
-namespace slipstream::aero {
+namespace slipstream {
 
 const char* phase_name(Phase p) {
-  static const char* names[] = {"loader", "forward", "loss", "backward", "optimizer",
-                                "readback", "logging", "other"};
+  static const char* names[] = {"loader",    "forward",  "loss",    "backward",
+                                "optimizer", "readback", "logging", "other"};
   return names[static_cast<int>(p)];
 }
 
@@ -81,7 +81,8 @@ int64_t SyncAudit::total() const {
 }
 
 double SyncAudit::per_step() const {
-  return steady_steps_ > 0 ? static_cast<double>(total()) / static_cast<double>(steady_steps_) : 0.0;
+  return steady_steps_ > 0 ? static_cast<double>(total()) / static_cast<double>(steady_steps_)
+                           : 0.0;
 }
 
 std::string SyncAudit::report() const {
@@ -98,4 +99,4 @@ std::string SyncAudit::report() const {
   return out.str();
 }
 
-}  // namespace slipstream::aero
+}  // namespace slipstream

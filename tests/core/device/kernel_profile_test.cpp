@@ -1,13 +1,13 @@
-// Summing a Chrome trace into device time per kernel (the table that
-// `slipstream bench --profile` prints).
-#include "aero/device/kernel_profile.h"
+// Summing a Chrome trace into device time per kernel (what `slipstream bench
+// --profile` tabulates).
+#include "core/device/kernel_profile.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
 
 #include <fstream>
 
-namespace slipstream::aero {
+namespace slipstream {
 namespace {
 
 TEST(KernelProfileTest, SumsGpuEventsByNameLongestFirstAndSkipsHostEvents) {
@@ -28,10 +28,6 @@ TEST(KernelProfileTest, SumsGpuEventsByNameLongestFirstAndSkipsHostEvents) {
   EXPECT_DOUBLE_EQ(times[0].total_us, 22.5);
   EXPECT_EQ(times[1].name, "softmax");
   EXPECT_EQ(times[2].name, "Memset (Device)");
-  const auto table = format_kernel_table(times, /*steps=*/2, /*top=*/2);
-  EXPECT_NE(table.find("GPU time per step: 0.01 ms in 3 kernel names"), std::string::npos) << table;
-  EXPECT_NE(table.find("0.011     1.0  81.8%  gemm"), std::string::npos) << table;
-  EXPECT_EQ(table.find("Memset"), std::string::npos) << table;
 }
 
 TEST(KernelProfileTest, UnreadableTraceNamesTheFile) {
@@ -47,4 +43,4 @@ TEST(KernelProfileTest, UnreadableTraceNamesTheFile) {
 }
 
 }  // namespace
-}  // namespace slipstream::aero
+}  // namespace slipstream

@@ -1,13 +1,13 @@
-#include "aero/device/device.h"
+#include "core/device/device.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <sys/resource.h>
 #include <torch/cuda.h>
 
+#include <unistd.h>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 
 #ifdef SLIPSTREAM_WITH_CUDA
 #include <ATen/autocast_mode.h>
@@ -16,7 +16,7 @@
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 
-namespace slipstream::aero {
+namespace slipstream {
 
 bool cuda_available() { return torch::cuda::is_available(); }
 
@@ -48,27 +48,28 @@ double rss_bytes() {
 }
 }  // namespace
 
-double memory_in_use_gb(c10::Device device) {
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+double memory_reserved_gib(c10::Device device) {
 #ifdef SLIPSTREAM_WITH_CUDA
   if (device.is_cuda()) {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-    return static_cast<double>(stats.allocated_bytes[kAggregate].current) / 1e9;
+    return static_cast<double>(stats.reserved_bytes[kAggregate].current) / kGiB;
   }
 #endif
-  return rss_bytes() / 1e9;
+  return rss_bytes() / kGiB;
 }
 
 double peak_memory_gib(c10::Device device) {
 #ifdef SLIPSTREAM_WITH_CUDA
   if (device.is_cuda()) {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-    return static_cast<double>(stats.allocated_bytes[kAggregate].peak) /
-           (1024.0 * 1024.0 * 1024.0);
+    return static_cast<double>(stats.allocated_bytes[kAggregate].peak) / kGiB;
   }
 #endif
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  return static_cast<double>(usage.ru_maxrss) * 1024.0 / (1024.0 * 1024.0 * 1024.0);
+  return static_cast<double>(usage.ru_maxrss) * 1024.0 / kGiB;
 }
 
 void reset_peak_memory(c10::Device device) {
@@ -104,33 +105,6 @@ AutocastGuard::~AutocastGuard() {
 #endif
 }
 
-at::Tensor autocast_input(const at::Tensor& x) {
-#ifdef SLIPSTREAM_WITH_CUDA
-  if (x.is_cuda() && at::autocast::is_autocast_enabled(at::kCUDA) && x.is_floating_point()) {
-    const auto dtype = at::autocast::get_autocast_dtype(at::kCUDA);
-    if (x.scalar_type() != dtype) return x.to(dtype);
-  }
-#endif
-  return x;
-}
-
-at::Tensor layer_norm_in_autocast_dtype(const at::Tensor& x, at::IntArrayRef shape,
-                                        const at::Tensor& weight, const at::Tensor& bias,
-                                        double eps) {
-#ifdef SLIPSTREAM_WITH_CUDA
-  if (x.is_cuda() && at::autocast::is_autocast_enabled(at::kCUDA)) {
-    const auto dtype = at::autocast::get_autocast_dtype(at::kCUDA);
-    if (x.scalar_type() == dtype) {
-      // Autocast would run this op in fp32; step past its dispatch key.
-      const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCUDA);
-      return at::layer_norm(x, shape, weight.defined() ? weight.to(dtype) : weight,
-                            bias.defined() ? bias.to(dtype) : bias, eps);
-    }
-  }
-#endif
-  return at::layer_norm(x, shape, weight, bias, eps);
-}
-
 bool set_sync_debug_mode(int mode) {
 #ifdef SLIPSTREAM_WITH_CUDA
   c10::cuda::warning_state().set_sync_debug_mode(static_cast<c10::cuda::SyncDebugMode>(mode));
@@ -148,4 +122,4 @@ int get_sync_debug_mode() {
 #endif
 }
 
-}  // namespace slipstream::aero
+}  // namespace slipstream

@@ -1,4 +1,4 @@
-#include "core/sinks/crc32c.h"
+#include "core/io/crc32c.h"
 
 #include <gtest/gtest.h>
 

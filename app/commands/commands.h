@@ -1,0 +1,36 @@
+// The `slipstream` subcommands. Each add_* registers one subcommand and its
+// options with CLI11 and returns it with the function that runs it once the
+// command line has been parsed; main.cpp only wires them together. A
+// command returns its exit code; errors propagate as exceptions (main
+// prints them and exits 1).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace slipstream::app {
+
+struct CommandContext {
+  std::string config_dir;  // holds train.yaml, model/, dataset/
+};
+
+struct Command {
+  CLI::App* subcommand = nullptr;
+  std::function<int()> run;
+};
+
+Command add_train(CLI::App& app, const CommandContext& context);
+Command add_bench(CLI::App& app, const CommandContext& context);
+Command add_info(CLI::App& app, const CommandContext& context);
+Command add_make_synthetic(CLI::App& app, const CommandContext& context);
+Command add_prepare(CLI::App& app, const CommandContext& context);
+Command add_infer(CLI::App& app, const CommandContext& context);
+Command add_launch(CLI::App& app, const CommandContext& context);
+
+// Fails naming the command when this build lacks VTK.
+[[noreturn]] void needs_vtk(const char* what);
+
+}  // namespace slipstream::app

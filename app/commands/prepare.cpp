@@ -1,0 +1,49 @@
+// slipstream prepare --in RAW --out DIR [--val-fraction F] [--field T=NAME ...]
+// Raw VTK/STL runs to the trainer's samples; the target fields and their
+// types come from the config's dataset (`dataset.targets`).
+#include "aero/train/train_settings.h"
+#include "commands/commands.h"
+#include "commands/field_names.h"
+
+#ifdef SLIPSTREAM_WITH_VTK
+#include "aero/vtk/raw_runs.h"
+#endif
+
+#include <iostream>
+#include <memory>
+
+namespace slipstream::app {
+
+Command add_prepare(CLI::App& app, const CommandContext& context) {
+  struct Options {
+    std::string in, out;
+    double val_fraction = 0.25;
+    FieldNameOptions fields;
+    std::vector<std::string> overrides;
+  };
+  auto o = std::make_shared<Options>();
+  auto* sub = app.add_subcommand("prepare", "raw VTK/STL runs -> the trainer's samples");
+  sub->add_option("--in", o->in, "directory of run directories")->required();
+  sub->add_option("--out", o->out, "output directory")->required();
+  sub->add_option("--val-fraction", o->val_fraction, "share of runs for validation");
+  o->fields.add_to(sub);
+  sub->add_option("overrides", o->overrides, "key=value config overrides (dataset.targets)");
+  return {sub, [o, &context]() -> int {
+#ifdef SLIPSTREAM_WITH_VTK
+            const auto config = aero::Config::load(context.config_dir, o->overrides);
+            aero::PrepareOptions po;
+            po.targets = aero::resolve_fields(config);
+            po.vtu_names = o->fields.resolve();
+            po.val_fraction = o->val_fraction;
+            const auto r = aero::prepare_runs(o->in, o->out, po);
+            std::cout << "Prepared " << r.runs << " runs (" << r.train << " train, " << r.val
+                      << " val, " << r.points << " points) into " << o->out << " in " << r.seconds
+                      << " s\n";
+            return 0;
+#else
+            needs_vtk("prepare");
+#endif
+          }};
+}
+
+}  // namespace slipstream::app

@@ -1,0 +1,31 @@
+#include "aero/model/model.h"
+
+#include <torch/torch.h>
+
+namespace slipstream::aero {
+
+void Model::load_named(const std::map<std::string, torch::Tensor>& tensors,
+                       const std::string& prefix) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : named_parameters()) {
+    auto it = tensors.find(prefix + p.key());
+    TORCH_CHECK(it != tensors.end(), "model: no tensor '", prefix + p.key(), "' to load");
+    TORCH_CHECK(it->second.sizes() == p.value().sizes(), "model: tensor '", prefix + p.key(),
+                "' has shape ", it->second.sizes(), ", the model expects ", p.value().sizes());
+    p.value().copy_(it->second);
+  }
+}
+
+int64_t Model::parameter_count() const {
+  int64_t n = 0;
+  for (const auto& p : parameters()) n += p.numel();
+  return n;
+}
+
+const torch::Tensor& Model::input(const ModelInputs& inputs, const std::string& name) const {
+  auto it = inputs.find(name);
+  TORCH_CHECK(it != inputs.end(), "model: ", class_name(), " needs the input '", name, "'");
+  return it->second;
+}
+
+}  // namespace slipstream::aero

@@ -1,0 +1,47 @@
+// Model: what the trainer, bench and inference need of a surrogate model,
+// whatever its family. A model reads named inputs (built by the loader from
+// the model config's `inputs:` spec) and returns (B, N, out_dim), the target
+// fields in the schema's channel order. Its parameters carry PhysicsNeMo's
+// state-dict names, so load_named() takes PhysicsNeMo weights unchanged.
+// A new family is a new Model subclass and one entry in registry.cpp.
+#pragma once
+
+#include <c10/core/Device.h>
+#include <torch/nn/module.h>
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace slipstream::aero {
+
+using ModelInputs = std::map<std::string, torch::Tensor>;
+
+class Model : public torch::nn::Module {
+ public:
+  // The inputs forward() reads; the config's spec must name exactly these.
+  virtual std::vector<std::string> input_names() const = 0;
+  virtual torch::Tensor forward(const ModelInputs& inputs) = 0;
+  // PhysicsNeMo's class name, e.g. "Transolver" (logged as the recipe does).
+  virtual std::string class_name() const = 0;
+  // Which code paths the model's numerics take on `device` (bf16 autocast
+  // or not), for the logs: e.g. {"physics_attention": "fused CUDA kernels"}.
+  virtual nlohmann::json numerics(c10::Device device, bool bf16) const { return {}; }
+
+  // Copies tensors by state-dict name (`prefix` is prepended to each name
+  // looked up); every parameter must be present with its shape, else a
+  // c10::Error names it.
+  void load_named(const std::map<std::string, torch::Tensor>& tensors,
+                  const std::string& prefix = "");
+  int64_t parameter_count() const;
+
+ protected:
+  // The input named `name`; throws naming the model and the input.
+  const torch::Tensor& input(const ModelInputs& inputs, const std::string& name) const;
+};
+
+using ModelPtr = std::shared_ptr<Model>;
+
+}  // namespace slipstream::aero

@@ -1,0 +1,31 @@
+// The model families a config can name (`model.name`), and how each is
+// built from its config section and the widths of its inputs.
+//
+// A family reads its own keys under `model.` (layers, widths, heads, ...);
+// its input widths come from the input spec and the dataset's samples, its
+// output width from the target fields, never from constants in the config.
+#pragma once
+
+#include "aero/config/config.h"
+#include "aero/model/model.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace slipstream::aero {
+
+struct ModelShape {
+  std::map<std::string, int64_t> input_widths;  // per model input
+  int64_t out_dim = 0;                          // total target channels
+};
+
+// Builds the family `config.model.name` (seeded by the caller); throws naming
+// the key on an unknown family, a bad option, or inputs the family does not
+// read.
+ModelPtr build_model(const Config& config, const ModelShape& shape);
+
+std::vector<std::string> model_family_names();
+
+}  // namespace slipstream::aero

@@ -1,0 +1,302 @@
+#include "aero/train/run.h"
+
+#include "core/device/device.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+
+namespace slipstream::aero {
+
+namespace fs = std::filesystem;
+
+std::string to_string(Precision precision) {
+  return precision == Precision::kBf16 ? "bf16" : "fp32";
+}
+
+Precision parse_precision(const std::string& name) {
+  if (name == "bf16") return Precision::kBf16;
+  if (name == "fp32") return Precision::kFp32;
+  TORCH_CHECK(false, "precision: '", name, "' is not one of fp32, bf16");
+}
+
+Precision decide_precision(const std::string& setting, c10::Device device) {
+  if (setting == "auto") return device.is_cuda() ? Precision::kBf16 : Precision::kFp32;
+  const Precision p = parse_precision(setting);
+  TORCH_CHECK(p != Precision::kBf16 || device.is_cuda(),
+              "config: precision 'bf16' needs a CUDA device (CPU runs in fp32)");
+  return p;
+}
+
+Precision inference_precision(Precision trained, c10::Device device) {
+  return device.is_cuda() ? trained : Precision::kFp32;
+}
+
+RunSpec resolve_run_spec(const Config& config) {
+  RunSpec spec;
+  spec.settings = resolve_settings(config);
+  spec.fields = resolve_fields(config);
+  spec.inputs = InputSpec::from_yaml(config.root()["model"]["inputs"], "model.inputs");
+  if (config.has("defaults.model")) spec.model_config = config.get<std::string>("defaults.model");
+  return spec;
+}
+
+namespace {
+
+std::string join_keys(const std::map<std::string, int64_t>& m) {
+  std::string out;
+  for (const auto& [k, v] : m) out += (out.empty() ? "" : ", ") + k;
+  return out;
+}
+
+// Everything a run reads of each sample: the inputs' tensors, the targets,
+// the coordinates, the free stream and the loss weights.
+SampleCheck sample_check(const RunSpec& spec, const SampleLayout& layout) {
+  SampleCheck check;
+  check.required = spec.inputs.required(layout);
+  check.required.point_channels["points"] = 3;
+  for (const auto& f : spec.fields.fields()) check.required.point_channels[f.name] = f.channels();
+  if (!spec.settings.weight_field.empty()) {
+    check.required.point_channels[spec.settings.weight_field] = 1;
+  }
+  check.required.global_sizes["U_inf"] = 3;
+  check.targets = spec.fields.names();
+  check.allow_nonfinite_targets = spec.settings.mask_nonfinite;
+  return check;
+}
+
+}  // namespace
+
+ModelShape model_shape(const RunSpec& spec, const SampleLayout& layout) {
+  for (const auto& f : spec.fields.fields()) {
+    auto it = layout.point_channels.find(f.name);
+    TORCH_CHECK(it != layout.point_channels.end(), "dataset: target '", f.name,
+                "' (dataset.targets) is not a field of the samples; they hold: ",
+                join_keys(layout.point_channels));
+    TORCH_CHECK(it->second == f.channels(), "dataset: target '", f.name, "' is declared a ",
+                to_string(f.type), " (", f.channels(), " channels) but the samples hold ",
+                it->second);
+  }
+  ModelShape shape;
+  shape.input_widths = spec.inputs.widths(layout);
+  shape.out_dim = spec.fields.total_channels();
+  return shape;
+}
+
+DatasetSplits open_datasets(const RunSpec& spec) {
+  const auto& s = spec.settings;
+  DatasetSplits data;
+  if (s.dataset_path.empty()) {
+    data.train = std::make_shared<SyntheticDataset>(s.synthetic, 0, s.num_train);
+    data.val = std::make_shared<SyntheticDataset>(s.synthetic, s.num_train, s.num_val);
+  } else {
+    data = open_sample_directory(s.dataset_path);
+  }
+  const SampleLayout layout = data.train->layout();
+  model_shape(spec, layout);  // the samples hold every target and input
+  const SampleCheck check = sample_check(spec, layout);
+  data.train->set_check(check);
+  data.val->set_check(check);
+  return data;
+}
+
+LoaderOptions loader_options(const RunSpec& spec, c10::Device device) {
+  LoaderOptions o;
+  o.sampling_resolution = spec.settings.sampling_resolution;
+  o.device = device;
+  o.seed = spec.settings.seed;
+  o.fields = spec.fields;
+  o.inputs = spec.inputs;
+  o.weight_field = spec.settings.weight_field;
+  o.transforms = spec.settings.transforms;
+  return o;
+}
+
+namespace {
+
+// Fails on every rank, naming the ranks whose resolved config differs from
+// rank 0's (FNV-1a of the YAML, before run_id is filled in).
+void check_same_config_on_every_rank(Run& run, const std::string& yaml) {
+  uint64_t hash = 1469598103934665603ULL;
+  for (char c : yaml) hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+  auto opts = torch::TensorOptions().dtype(torch::kLong).device(run.device);
+  auto mine = torch::full({1}, static_cast<int64_t>(hash >> 1), opts);
+  auto root = mine.clone();
+  run.comm->broadcast(root, 0);
+  auto differs = torch::zeros({run.world_size}, opts);
+  differs[run.rank] = (root != mine).to(torch::kLong).squeeze();
+  run.comm->all_reduce_max(differs);
+  const auto flags = differs.cpu();
+  std::string ranks;
+  for (int r = 0; r < run.world_size; ++r) {
+    if (flags[r].item<int64_t>() != 0) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  }
+  TORCH_CHECK(ranks.empty(), "distributed: rank(s) ", ranks,
+              " started with a config that differs from rank 0's; every rank must get the same "
+              "config and overrides");
+}
+
+// Rank 0's run_id (a timestamp when unset) on every rank.
+std::string broadcast_run_id(Run& run) {
+  const std::string& id = run.spec.settings.run_id;
+  auto t = torch::zeros({64}, torch::TensorOptions().dtype(torch::kLong).device(run.device));
+  if (run.rank == 0) {
+    TORCH_CHECK(id.size() < 64, "config: run_id longer than 63 characters");
+    auto host = torch::zeros({64}, torch::kLong);
+    for (size_t i = 0; i < id.size(); ++i) host[static_cast<int64_t>(i)] = id[i];
+    t.copy_(host);
+  }
+  run.comm->broadcast(t, 0);
+  const auto host = t.cpu();
+  std::string out;
+  for (int64_t i = 0; i < 64 && host[i].item<int64_t>() != 0; ++i) {
+    out.push_back(static_cast<char>(host[i].item<int64_t>()));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<Run> build_run(const Config& config, const DistributedEnv& env) {
+  auto run = std::make_unique<Run>();
+  run->config = config;
+  run->spec = resolve_run_spec(config);
+  run->env = env;
+  const TrainSettings& s = run->spec.settings;
+  run->device = resolve_device(s.device, env.local_rank);
+  run->precision = decide_precision(s.precision, run->device);
+  ProcessGroupOptions pg;
+  pg.timeout = std::chrono::seconds(s.distributed_timeout_s);
+  run->comm = init_process_group(env, run->device, pg);
+  if (run->comm) {
+    run->rank = run->comm->rank();
+    run->world_size = run->comm->world_size();
+  }
+  // Data first: a missing or broken dataset fails before anything is written.
+  run->data = open_datasets(run->spec);
+  TORCH_CHECK(run->data.train->size() >= static_cast<size_t>(run->world_size),
+              "dataset: ", run->data.train->size(), " train samples cannot feed ", run->world_size,
+              " ranks");
+  run->loader = loader_options(run->spec, run->device);
+  run->shape = model_shape(run->spec, run->data.train->layout());
+  torch::manual_seed(s.seed);
+  run->model = build_model(config, run->shape);
+  run->model->to(run->device);
+  if (run->world_size > 1) {
+    check_same_config_on_every_rank(*run, config.to_yaml());
+    run->spec.settings.run_id = broadcast_run_id(*run);
+    torch::NoGradGuard no_grad;
+    for (auto& p : run->model->parameters()) {
+      auto t = p.detach();
+      run->comm->broadcast(t, 0);
+    }
+    run->averager = std::make_unique<GradientAverager>(run->model->parameters(), run->comm.get());
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  for (const auto& p : run->model->named_parameters()) named.emplace_back(p.key(), p.value());
+  run->optimizer = std::make_unique<MuonAdamW>(named, s.optimizer);
+  LossOptions lo;
+  lo.type = s.loss_type;
+  lo.mask_nonfinite = s.mask_nonfinite;
+  lo.fields = run->spec.fields;
+  lo.metrics = s.metrics;
+  run->loss = std::make_unique<LossCalculator>(lo);
+  return run;
+}
+
+std::map<std::string, std::string> Run::checkpoint_metadata() const {
+  return {
+      {"precision", to_string(precision)},
+      {"fields", spec.fields.to_json().dump()},
+      {"model", config.get<std::string>("model.name")},
+      {"model_shape",
+       nlohmann::json{{"input_widths", shape.input_widths}, {"out_dim", shape.out_dim}}.dump()}};
+}
+
+nlohmann::json Run::config_record() const {
+  return {{"model", model->class_name()}, {"num_parameters", model->parameter_count()},
+          {"params", config.flat()},      {"precision", to_string(precision)},
+          {"device", device.str()},       {"numerics", model->numerics(device, bf16())}};
+}
+
+nlohmann::json Run::dataset_record() const {
+  nlohmann::json targets = nlohmann::json::object();
+  for (const auto& f : spec.fields.fields()) targets[f.name] = to_string(f.type);
+  auto per_rank = [&](size_t n, bool drop_last) {
+    return epoch_order(n, 0, 0, false, 0, world_size, drop_last).size();
+  };
+  return {{"train_samples", per_rank(data.train->size(), true)},
+          {"val_samples", per_rank(data.val->size(), false)},
+          {"dataset_size", data.train->size() + data.val->size()},
+          {"targets", targets},
+          {"world_size", world_size},
+          {"train", data.train->describe()},
+          {"val", data.val->describe()}};
+}
+
+TrainedModel load_trained(const std::string& checkpoint, c10::Device device) {
+  TORCH_CHECK(fs::exists(checkpoint), "infer: checkpoint '", checkpoint, "' does not exist");
+  const fs::path ckpt = fs::absolute(checkpoint);
+  const fs::path ckpt_dir = fs::is_directory(ckpt) ? ckpt : ckpt.parent_path();
+  const std::string config_path = (ckpt_dir.parent_path() / "resolved_config.yaml").string();
+  TORCH_CHECK(fs::is_regular_file(config_path), "infer: no resolved_config.yaml beside '",
+              checkpoint, "' (looked for '", config_path, "')");
+  const Config config = Config::load_resolved(config_path);
+  auto info = read_checkpoint_info(ckpt.string());
+  TORCH_CHECK(info.has_value(), "infer: no complete checkpoint in '", checkpoint, "'");
+  const auto& meta = info->metadata;
+  auto need = [&](const char* key) -> const std::string& {
+    auto it = meta.find(key);
+    TORCH_CHECK(it != meta.end(), "infer: checkpoint '", info->path, "' does not record '", key,
+                "' (written by an older Slipstream; retrain or resume it once to rewrite it)");
+    return it->second;
+  };
+  TrainedModel t;
+  t.spec = resolve_run_spec(config);
+  t.fields = FieldSchema::from_json(nlohmann::json::parse(need("fields")));
+  t.trained_precision = parse_precision(need("precision"));
+  t.device = device;
+  t.precision = inference_precision(t.trained_precision, device);
+  const auto shape_json = nlohmann::json::parse(need("model_shape"));
+  ModelShape shape;
+  shape.input_widths = shape_json.at("input_widths").get<std::map<std::string, int64_t>>();
+  shape.out_dim = shape_json.at("out_dim").get<int64_t>();
+  t.model = build_model(config, shape);
+  t.checkpoint = load_checkpoint(info->path, t.model.get(), nullptr);
+  t.model->to(device);
+  t.model->eval();
+  return t;
+}
+
+torch::Tensor TrainedModel::predict(const Sample& sample, int64_t chunk) const {
+  TORCH_CHECK(chunk > 0, "infer: chunk must be > 0");
+  LoaderOptions lo = loader_options(spec, device);
+  lo.fields = fields;
+  lo.sampling_resolution = 0;  // every point, transforms applied
+  lo.weight_field.clear();
+  const Batch full = make_host_batch(sample, lo, spec.settings.seed);
+  const int64_t n = sample.num_points();
+  auto gen = at::detail::createCPUGenerator(spec.settings.seed + 17);
+  const auto order = torch::randperm(n, gen, torch::TensorOptions().dtype(torch::kLong));
+  auto prediction = torch::empty({n, fields.total_channels()}, torch::kFloat);
+  torch::NoGradGuard no_grad;
+  for (int64_t begin = 0; begin < n; begin += chunk) {
+    const auto idx = order.narrow(0, begin, std::min(chunk, n - begin));
+    ModelInputs inputs;
+    for (const auto& [name, t] : full.inputs) {
+      // Per-point inputs are chunked; a global input (1, 1, C) goes whole.
+      inputs[name] = (t.size(1) == n ? t.index_select(1, idx) : t).to(device);
+    }
+    torch::Tensor out;
+    {
+      AutocastGuard autocast(device, precision == Precision::kBf16);
+      out = model->forward(inputs);
+    }
+    prediction.index_copy_(0, idx, out.squeeze(0).to(torch::kFloat).cpu());
+  }
+  return denormalize_targets(prediction, sample, fields);
+}
+
+}  // namespace slipstream::aero

@@ -1,0 +1,147 @@
+// A run is assembled once: the precision is decided in one place and
+// followed by training, the checkpoint, inference and bench; the model's
+// widths come from the input spec and the targets; load_trained rebuilds
+// what inference needs from the checkpoint alone.
+#include "aero/train/run.h"
+#include "aero/train/trainer.h"
+#include "core/device/device.h"
+#include "support/recipe_support.h"
+#include "support/test_support.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <nlohmann/json.hpp>
+
+#include <sys/wait.h>
+#include <array>
+#include <cstdio>
+
+namespace slipstream::aero {
+namespace {
+
+using testing::error_message_of;
+
+std::vector<std::string> tiny(const std::string& out, std::vector<std::string> extra = {}) {
+  std::vector<std::string> o = {"model.n_layers=1",
+                                "model.n_hidden=32",
+                                "model.n_head=2",
+                                "model.slice_num=8",
+                                "dataset.num_train=2",
+                                "dataset.num_val=1",
+                                "dataset.points_per_sample=300",
+                                "dataset.sampling_resolution=128",
+                                "training.num_epochs=1",
+                                "output_dir=" + out,
+                                "run_id=r",
+                                "logging.console_every_n_steps=100"};
+  o.insert(o.end(), extra.begin(), extra.end());
+  return o;
+}
+
+TEST(RunTest, PrecisionIsDecidedOnceFromTheSettingAndTheDevice) {
+  const c10::Device cuda(c10::kCUDA, 0), cpu(c10::kCPU);
+  EXPECT_EQ(decide_precision("auto", cuda), Precision::kBf16);
+  EXPECT_EQ(decide_precision("auto", cpu), Precision::kFp32);
+  EXPECT_EQ(decide_precision("fp32", cuda), Precision::kFp32);
+  EXPECT_EQ(decide_precision("bf16", cuda), Precision::kBf16);
+  EXPECT_NE(error_message_of([&] { decide_precision("bf16", cpu); }).find("CUDA"),
+            std::string::npos);
+  // Inference follows the trained precision where the device can run it.
+  EXPECT_EQ(inference_precision(Precision::kFp32, cuda), Precision::kFp32);
+  EXPECT_EQ(inference_precision(Precision::kBf16, cuda), Precision::kBf16);
+  EXPECT_EQ(inference_precision(Precision::kBf16, cpu), Precision::kFp32);
+}
+
+TEST(RunTest, ModelWidthsComeFromTheInputSpecAndTheTargets) {
+  testing::TempDir dir;
+  auto run = build_run(testing::load_config(tiny(dir.path(), {"device=cpu"})), DistributedEnv{});
+  EXPECT_EQ(run->shape.input_widths, (std::map<std::string, int64_t>{{"embedding", 7}, {"fx", 3}}));
+  EXPECT_EQ(run->shape.out_dim, 5);
+  EXPECT_EQ(run->precision, Precision::kFp32);
+  EXPECT_EQ(run->loader.inputs.names(), (std::vector<std::string>{"embedding", "fx"}));
+  // Another input layout and another target set: a different model, no code change.
+  auto other =
+      build_run(testing::load_config(
+                    tiny(dir.path(), {"device=cpu", "model.inputs.embedding=[points, sdf_normals]",
+                                      "dataset.targets={pressure: scalar}", "dataset.nondim={}",
+                                      "dataset.normalization={}"})),
+                DistributedEnv{});
+  EXPECT_EQ(other->shape.input_widths.at("embedding"), 6);
+  EXPECT_EQ(other->shape.out_dim, 1);
+  Batch b = make_host_batch(other->data.train->get(0), other->loader, 1);
+  EXPECT_EQ(other->model->forward(b.inputs).sizes(), (std::vector<int64_t>{1, 128, 1}));
+}
+
+TEST(RunTest, TheCheckpointRecordsThePrecisionAndInferenceFollowsIt) {
+  testing::TempDir dir;
+  auto run =
+      build_run(testing::load_config(tiny(dir.path(), {"precision=fp32"})), DistributedEnv{});
+  Trainer(*run).fit();
+  const std::string ckpt = dir.path() + "/r/checkpoints";
+  const auto info = read_checkpoint_info(ckpt);
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->metadata.at("precision"), "fp32");
+  const TrainedModel fp32 = load_trained(ckpt, c10::Device(c10::kCPU));
+  EXPECT_EQ(fp32.trained_precision, Precision::kFp32);
+  EXPECT_EQ(fp32.precision, Precision::kFp32);
+  EXPECT_EQ(fp32.fields, run->spec.fields);
+  // Same weights as the run that saved them.
+  for (const auto& p : run->model->named_parameters()) {
+    EXPECT_TRUE(torch::equal(p.value().cpu(), fp32.model->named_parameters()[p.key()].cpu()))
+        << p.key();
+  }
+  // A checkpoint trained in bf16 says so; a CPU runs it in fp32 and says that.
+  auto meta = run->checkpoint_metadata();
+  meta["precision"] = "bf16";
+  save_checkpoint(ckpt, 7, 99, *run->model, *run->optimizer, meta);
+  const TrainedModel bf16 = load_trained(ckpt, c10::Device(c10::kCPU));
+  EXPECT_EQ(bf16.checkpoint.epoch, 7);
+  EXPECT_EQ(bf16.trained_precision, Precision::kBf16);
+  EXPECT_EQ(bf16.precision, Precision::kFp32);
+  // Inference: every point, in physical units, the fields' channel layout.
+  const Sample s = run->data.val->get(0);
+  const auto pred = fp32.predict(s, 100);
+  EXPECT_EQ(pred.sizes(), (std::vector<int64_t>{300, 5}));
+  EXPECT_TRUE(torch::isfinite(pred).all().item<bool>());
+}
+
+TEST(RunTest, BenchReportsThePrecisionTheRunDecided) {
+  testing::TempDir dir;
+  const char* bin = std::getenv("SLIPSTREAM_BIN");
+  ASSERT_NE(bin, nullptr);
+  std::string cmd = std::string(bin) + " bench --rounds 1 --steps 1 --warmup 0 --policies async" +
+                    " model=transolver_small dataset=synthetic precision=fp32";
+  for (const auto& o : tiny(dir.path())) cmd += " " + o;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf{};
+  while (fgets(buf.data(), buf.size(), p) != nullptr) out += buf.data();
+  const int status = pclose(p);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  const auto line = out.substr(out.find("{\"bench\""));
+  const auto j = nlohmann::json::parse(line.substr(0, line.find('\n')));
+  EXPECT_EQ(j["precision"], "fp32") << out;
+  EXPECT_EQ(j["numerics"]["layer_norm"], "fp32") << out;
+}
+
+// On a GPU: fp32 configured means fp32 in training, in the checkpoint and
+// in inference; auto means bf16 in all three.
+TEST(RunTest, ConfiguredPrecisionHoldsOnTheGpu_CUDA) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for (const auto& [setting, want] :
+       {std::pair{"fp32", Precision::kFp32}, std::pair{"auto", Precision::kBf16}}) {
+    testing::TempDir dir;
+    auto run = build_run(testing::load_config(tiny(
+                             dir.path(), {"device=cuda", std::string("precision=") + setting})),
+                         DistributedEnv{});
+    EXPECT_EQ(run->precision, want) << setting;
+    EXPECT_EQ(run->config_record()["precision"], to_string(want)) << setting;
+    Trainer(*run).fit();
+    const auto trained = load_trained(dir.path() + "/r/checkpoints", run->device);
+    EXPECT_EQ(trained.trained_precision, want) << setting;
+    EXPECT_EQ(trained.precision, want) << setting;
+  }
+}
+
+}  // namespace
+}  // namespace slipstream::aero
