@@ -10,7 +10,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 run = sys.argv[1]
 steps = [json.loads(l) for l in open(f"{run}/metrics.jsonl")]
-train = [r for r in steps if r["kind"] == "train_step"]
+train = [r for r in steps if r["phase"] == "train_step"]
 acc = EventAccumulator(f"{run}/tb/train", size_guidance={"scalars": 0})
 acc.Reload()
 tags = acc.Tags()["scalars"]

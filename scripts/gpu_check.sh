@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# Builds Slipstream on a CUDA machine with PyTorch installed and runs the
+# stages named on the command line, logging under $OUT (default
+# /tmp/slipstream-out; a summary in $OUT/summary.txt):
+#   build      configure (PyTorch's LibTorch, NCCL found by CMake) and build into build-gpu/
+#   test       every CTest test, the *_CUDA ones included
+#   bench      slipstream bench, volume config: Muon + AdamW, then AdamW
+#   fused      the fused kernels against the plain path, per-kernel timings,
+#              and bench with them on and off (FUSED_ALSO_PLAIN= leaves the plain bench out)
+#   audit      slipstream train --audit-syncs: synchronizing calls per steady step
+#   train      3 epochs of the volume config, then TensorBoard's own reader on the logs
+#   profile    bench --profile: device time per kernel (and the operators behind them)
+#   multi      2 GPUs: NCCL tests, bench on 1 and 2 GPUs, a 2-rank training
+#   torchrun   2 GPUs through torchrun
+# Usage: bash scripts/gpu_check.sh build test bench
+#
+# The other build dependencies (yaml-cpp, nlohmann-json, CLI11, GoogleTest)
+# come from the system, or from Debian .deb files in .deb/ unpacked into a
+# prefix — for an image without a package manager: on a Debian machine run
+# `bash scripts/gpu_check.sh fetch-debs` and copy .deb/ along.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/slipstream-out}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1
+DEPS=/tmp/slipstream-deps
+PREFIX_PATH=""
+if compgen -G ".deb/*.deb" >/dev/null; then
+  mkdir -p "$DEPS"
+  for f in .deb/*.deb; do dpkg -x "$f" "$DEPS"; done
+  export LD_LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+  PREFIX_PATH="$DEPS/usr"
+fi
+BIN=./build-gpu/app/slipstream
+log() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$OUT/summary.txt"; }
+bench() { "$BIN" bench "$@" 2>&1 | grep -vE "^Epoch|^Model:" | tee -a "$OUT/summary.txt"; }
+
+stage_fetch-debs() {
+  mkdir -p .deb && (cd .deb && apt-get download $(cat ../scripts/gpu_debs.txt)) && ls .deb
+}
+
+stage_build() {
+  local torch_prefix
+  torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+  log "build: torch $(python3 -c 'import torch; print(torch.__version__)')"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee -a "$OUT/summary.txt"
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$torch_prefix;$PREFIX_PATH" -DSLIPSTREAM_BUILD_BENCHMARKS=OFF \
+    -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/cmake.log" 2>&1 \
+    || { log "cmake FAILED"; tail -40 "$OUT/cmake.log"; return 1; }
+  grep -E "slipstream:" "$OUT/cmake.log" | tee -a "$OUT/summary.txt"
+  if ! cmake --build build-gpu -j"$(nproc)" >"$OUT/build.log" 2>&1; then
+    log "build FAILED"; grep -E "error" -A5 "$OUT/build.log" | head -80; return 1
+  fi
+  log "build ok"
+}
+
+stage_test() {
+  (cd build-gpu && ctest --output-on-failure -j4 >"$OUT/ctest.log" 2>&1); local rc=$?
+  tail -30 "$OUT/ctest.log" | tee -a "$OUT/summary.txt"
+  for t in build-gpu/tests/*_CUDA_test build-gpu/tests/run_test; do
+    "$t" 2>&1 | grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|actual|Sync audit|^largest excess" \
+      | tee -a "$OUT/summary.txt"
+  done
+  return $rc
+}
+
+stage_bench() {
+  log "bench: volume config, 200k points, Muon+AdamW"
+  bench --rounds 3 --steps 20 --warmup 10 run_id=bench-muon
+  log "bench: volume config, 200k points, AdamW"
+  bench --rounds 3 --steps 20 --warmup 10 optimizer.name=adamw run_id=bench-adamw
+}
+
+stage_fused() {
+  log "fused: kernels against the plain path (several N, dim_head 16/32/64)"
+  build-gpu/tests/fused_attention_CUDA_test >"$OUT/fused_test.log" 2>&1; local rc=$?
+  grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|Expected|Which is|N=|grad " "$OUT/fused_test.log" \
+    | head -150 | tee -a "$OUT/summary.txt"
+  log "fused: per-kernel timings, volume shapes (200k points)"
+  build-gpu/bench/slice_kernels_bench 200000 20 2>&1 | tee -a "$OUT/summary.txt"
+  for opt in adamw muon; do
+    for fused in true ${FUSED_ALSO_PLAIN-false}; do
+      log "fused: bench, volume config, $opt, fused_attention=$fused"
+      bench --rounds 2 --steps 10 --warmup 5 optimizer.name=$opt model.fused_attention=$fused \
+        --policies async
+    done
+  done
+  return $rc
+}
+
+stage_audit() {
+  log "audit: volume config, 200k points, 30 steps"
+  $BIN train --audit-syncs model=transolver_volume dataset=synthetic_volume training.num_epochs=1 \
+    training.steps_per_epoch=30 training.validate=false run_id=audit 2>&1 \
+    | grep -E "Sync audit|error" | tee -a "$OUT/summary.txt"
+}
+
+stage_train() {
+  log "train: volume config, 200k points, bf16, 3 epochs of 16 steps"
+  $BIN train model=transolver_volume dataset=synthetic_volume training.num_epochs=3 \
+    training.steps_per_epoch=16 run_id=volume >"$OUT/train_volume.log" 2>&1
+  local rc=$?
+  grep -vE "^Epoch [0-9]+ \[" "$OUT/train_volume.log" | tail -40 | tee -a "$OUT/summary.txt"
+  python3 scripts/check_tensorboard.py runs/volume 2>&1 | tee -a "$OUT/summary.txt"
+  return $rc
+}
+
+stage_profile() {
+  log "profile: one AdamW round's kernels, fused (volume config)"
+  bench --rounds 1 --steps 6 --warmup 4 optimizer.name=adamw run_id=profile --profile \
+    --policies async
+  python3 scripts/trace_ops.py runs/bench-profile-kernel_trace.json 14 10 2>&1 \
+    | tee -a "$OUT/summary.txt"
+}
+
+stage_multi() {
+  log "multi: NCCL readback and distributed tests (2 GPUs)"
+  for t in readback_CUDA_test distributed_trainer_test; do
+    build-gpu/tests/$t 2>&1 | grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|actual" \
+      | tee -a "$OUT/summary.txt"
+  done
+  log "multi: bench on 1 GPU, then 2 (200k points per rank)"
+  bench --rounds 2 --steps 10 --warmup 5
+  $BIN launch --nproc 2 --port 29533 -- bench --rounds 2 --steps 10 --warmup 5 2>&1 \
+    | grep -vE "^Epoch|^Model:" | tee -a "$OUT/summary.txt"
+  log "multi: train on 2 GPUs, 2 epochs of 8 steps"
+  $BIN launch --nproc 2 --port 29534 -- train model=transolver_volume dataset=synthetic_volume \
+    training.num_epochs=2 training.steps_per_epoch=8 run_id=volume2 >"$OUT/train_volume2.log" 2>&1
+  grep -E "loss |epoch_seconds|peak|error|Run directory" "$OUT/train_volume2.log" \
+    | tee -a "$OUT/summary.txt"
+}
+
+stage_torchrun() {
+  log "torchrun: 2 ranks"
+  torchrun --nproc-per-node 2 --no-python $BIN train model=transolver_volume \
+    dataset=synthetic_volume training.num_epochs=1 training.steps_per_epoch=6 \
+    training.validate=false run_id=torchrun >"$OUT/torchrun.log" 2>&1
+  local rc=$?
+  python3 - <<'PY' 2>&1 | tee -a "$OUT/summary.txt"
+import json
+rs = [json.loads(l) for l in open("runs/torchrun/metrics.jsonl")]
+steps = [r["global_step"] for r in rs if r["phase"] == "train_step"]
+ws = [r["world_size"] for r in rs if r["phase"] == "dataset"]
+print(f"torchrun run: world_size {ws}, train steps logged {steps}")
+PY
+  return $rc
+}
+
+rc=0
+for stage in "$@"; do
+  "stage_$stage" || { rc=1; log "stage $stage failed"; [ "$stage" = build ] && exit 1; }
+done
+exit $rc
