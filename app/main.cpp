@@ -2,6 +2,7 @@
 // app/commands/ into CLI11 and turns an error into a message and exit 1.
 #include "aero/config/config.h"
 #include "commands/commands.h"
+#include "core/process/exit_error.h"
 
 #include <c10/util/Exception.h>
 #include <CLI/CLI.hpp>
@@ -28,6 +29,9 @@ int main(int argc, char** argv) {
     for (const auto& command : commands) {
       if (command.subcommand->parsed()) return command.run();
     }
+  } catch (const ExitError& e) {  // its own exit code (a non-finite loss: 3)
+    std::cerr << "slipstream: error: " << e.what() << "\n";
+    return e.code();
   } catch (const c10::Error& e) {
     std::cerr << "slipstream: error: " << e.what_without_backtrace() << "\n";
     return 1;

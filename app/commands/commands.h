@@ -11,6 +11,10 @@
 #include <string>
 #include <vector>
 
+namespace slipstream::aero {
+struct Run;
+}  // namespace slipstream::aero
+
 namespace slipstream::app {
 
 struct CommandContext {
@@ -32,5 +36,10 @@ Command add_launch(CLI::App& app, const CommandContext& context);
 
 // Fails naming the command when this build lacks VTK.
 [[noreturn]] void needs_vtk(const char* what);
+
+// Inside a catch block of a distributed run: rethrows the error with the
+// ranks that failed, died or hung first named (Communicator::
+// diagnose_failure), keeping an ExitError's code.
+[[noreturn]] void rethrow_with_diagnosis(aero::Run& run);
 
 }  // namespace slipstream::app

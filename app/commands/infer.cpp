@@ -59,7 +59,7 @@ int run_infer(const InferOptions& o) {
   json_path.replace_extension(".json");
   const nlohmann::json doc{{"run", o.run_dir},
                            {"checkpoint", trained.checkpoint.path},
-                           {"epoch", trained.checkpoint.epoch},
+                           {"epoch", trained.checkpoint.position.epochs_done},
                            {"points", sample.num_points()},
                            {"precision", aero::to_string(trained.precision)},
                            {"trained_precision", aero::to_string(trained.trained_precision)},

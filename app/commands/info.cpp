@@ -21,6 +21,7 @@ Command add_info(CLI::App& app, const CommandContext& context) {
             const auto shape = aero::model_shape(spec, data.train->layout());
             torch::manual_seed(spec.settings.seed);
             const auto model = aero::build_model(config, shape);
+            config.check_known_keys();
             std::cout << config.to_yaml();
             std::cout << "model: " << model->class_name() << " (" << spec.model_config
                       << "), inputs:";

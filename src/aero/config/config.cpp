@@ -173,9 +173,12 @@ Config Config::load(const std::string& dir, const std::vector<std::string>& over
   }
   root.remove("defaults");
   YAML::Node chosen;
+  cfg.files_[""] = dir + "/train.yaml";
   for (const auto& [g, name] : picks) {
-    root[g] = load_file(dir + "/" + g + "/" + name + ".yaml");
+    cfg.files_[g] = dir + "/" + g + "/" + name + ".yaml";
+    root[g] = load_file(cfg.files_[g]);
     chosen[g] = name;
+    cfg.known_->insert("defaults." + g);
   }
   root["defaults"] = chosen;
   cfg.root_ = root;
@@ -210,6 +213,7 @@ Config Config::load_resolved(const std::string& path) {
 }
 
 YAML::Node Config::lookup(const std::string& key) const {
+  known_->insert(key);
   YAML::Node node = YAML::Clone(root_);
   for (const auto& p : split(key)) {
     if (!node.IsMap() || !node[p]) return YAML::Node(YAML::NodeType::Undefined);
@@ -219,6 +223,30 @@ YAML::Node Config::lookup(const std::string& key) const {
 }
 
 bool Config::has(const std::string& key) const { return lookup(key).IsDefined(); }
+
+YAML::Node Config::section(const std::string& key) const { return lookup(key); }
+
+void Config::check_known_keys() const {
+  if (files_.empty()) return;  // a resolved config read back: nothing to check
+  std::vector<std::string> known(known_->begin(), known_->end());
+  std::string unknown;
+  for (const auto& leaf : leaf_keys()) {
+    bool read = false;
+    for (std::string k = leaf;; k = k.substr(0, k.rfind('.'))) {
+      if (known_->count(k)) {
+        read = true;
+        break;
+      }
+      if (k.find('.') == std::string::npos) break;
+    }
+    if (read) continue;
+    const std::string group = leaf.substr(0, leaf.find('.'));
+    const std::string file = files_.count(group) ? files_.at(group) : files_.at("");
+    unknown +=
+        "\n  '" + leaf + "' in " + file + " (closest known key: '" + closest(leaf, known) + "')";
+  }
+  TORCH_CHECK(unknown.empty(), "config: unknown key(s), read by nothing:", unknown);
+}
 
 bool Config::is_null(const std::string& key) const {
   auto n = lookup(key);

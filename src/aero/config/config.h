@@ -16,6 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include <map>
+#include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -30,11 +32,21 @@ class Config {
   static Config load_resolved(const std::string& path);
 
   // Typed access by dotted key; throws naming the key when it is missing or
-  // of the wrong type.
+  // of the wrong type. Every access marks the key as known (see
+  // check_known_keys).
   template <class T>
   T get(const std::string& key) const;
   bool is_null(const std::string& key) const;
   bool has(const std::string& key) const;
+  // A whole section (a map the code reads as a unit, such as dataset.targets)
+  // as a copy, or an undefined node when absent; marks it known.
+  YAML::Node section(const std::string& key) const;
+
+  // Throws, before any work, if a key of the tree was never read by the code
+  // that resolved it (a misspelt key inside a YAML file: overrides are
+  // checked when applied), naming the key, the file it came from and the
+  // closest known key. Call once everything is resolved.
+  void check_known_keys() const;
 
   // The resolved tree as YAML text (written to the run directory).
   std::string to_yaml() const;
@@ -49,6 +61,8 @@ class Config {
  private:
   YAML::Node lookup(const std::string& key) const;
   YAML::Node root_;
+  std::map<std::string, std::string> files_;  // group ("" for the rest) -> the file it came from
+  std::shared_ptr<std::set<std::string>> known_ = std::make_shared<std::set<std::string>>();
 };
 
 // The configs directory: $SLIPSTREAM_CONFIG_DIR, else ./configs if present,

@@ -80,6 +80,27 @@ SampleLayout DirectoryDataset::layout() const {
   return read_sample_layout(dir_ + "/" + files_.front());
 }
 
+void DirectoryDataset::check_headers() const {
+  for (const auto& file : files_) {
+    const std::string path = dir_ + "/" + file;
+    const SampleLayout have = read_sample_layout(path);
+    for (const auto& [name, channels] : check_.required.point_channels) {
+      auto it = have.point_channels.find(name);
+      TORCH_CHECK(it != have.point_channels.end(), "dataset: sample ", path,
+                  " has no point field '", name, "'");
+      TORCH_CHECK(it->second == channels, "dataset: sample ", path, " point field '", name,
+                  "' has ", it->second, " channels, expected ", channels);
+    }
+    for (const auto& [name, size] : check_.required.global_sizes) {
+      auto it = have.global_sizes.find(name);
+      TORCH_CHECK(it != have.global_sizes.end(), "dataset: sample ", path, " has no global '", name,
+                  "'");
+      TORCH_CHECK(it->second == size, "dataset: sample ", path, " global '", name, "' has ",
+                  it->second, " values, expected ", size);
+    }
+  }
+}
+
 Sample read_sample_file(const std::string& path) {
   const auto f = read_safetensors(path);
   const auto globals = globals_of(f);

@@ -45,6 +45,10 @@ class Dataset {
   // The tensors its samples hold, from the first sample (cheap: a header).
   virtual SampleLayout layout() const = 0;
   void set_check(SampleCheck check) { check_ = std::move(check); }
+  // Checks what can be checked of every sample without loading it (a file's
+  // header: its tensors and shapes) against the SampleCheck, so that a bad
+  // sample is named before the first step, not when an epoch reaches it.
+  virtual void check_headers() const {}
 
  protected:
   SampleCheck check_;
@@ -77,6 +81,7 @@ class DirectoryDataset : public Dataset {
   Sample get(size_t index) const override;
   std::string describe() const override;
   SampleLayout layout() const override;
+  void check_headers() const override;
 
  private:
   std::string dir_;

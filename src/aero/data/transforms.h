@@ -1,6 +1,9 @@
 // The recipe's per-sample transforms, applied on the host by the loader
 // after subsampling (and by inference before the model), in this order:
 //   center             subtract the sample's mean point from the coordinates
+//   scale_by_L_ref     divide the coordinates and the SDF by the sample's
+//                      L_ref (lengths in units of the vehicle's length, as
+//                      the recipe's radii and meshes are)
 //   rotate_z_max_deg   augmentation (train only): one rotation about z, the
 //                      angle uniform in +-max, of the points, of every vector
 //                      point field (a target declared `vector`, or any other
@@ -24,6 +27,7 @@ namespace slipstream::aero {
 struct TransformOptions {
   std::string subsample = "random";  // random | block (a contiguous run of points)
   bool center = false;
+  bool scale_by_L_ref = false;
   double rotate_z_max_deg = 0.0;
   double translate_max = 0.0;
 };

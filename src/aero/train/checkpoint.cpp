@@ -1,80 +1,215 @@
 #include "aero/train/checkpoint.h"
 
+#include "core/io/crc32c.h"
 #include "core/io/safetensors.h"
 
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
-#include <map>
+#include <set>
+#include <tuple>
 
 namespace slipstream::aero {
 
 namespace fs = std::filesystem;
 
 namespace {
+
 constexpr const char* kPrefix = "checkpoint_epoch_";
 constexpr const char* kSuffix = ".safetensors";
-constexpr const char* kFormat = "slipstream-checkpoint-v1";
+constexpr const char* kFormat = "slipstream-checkpoint-v2";
+constexpr const char* kFormatV1 = "slipstream-checkpoint-v1";  // no checksums
+
+uint32_t checksum(const at::Tensor& cpu) {
+  return crc32c(cpu.data_ptr(), cpu.numel() * cpu.element_size());
+}
+
+// (epochs done, steps into the next) from a file name, or nullopt.
+std::optional<std::pair<int64_t, int64_t>> order_of(const std::string& name) {
+  if (name.rfind(kPrefix, 0) != 0 || name.size() <= std::string(kSuffix).size() ||
+      name.compare(name.size() - std::string(kSuffix).size(), std::string::npos, kSuffix) != 0) {
+    return std::nullopt;
+  }
+  // "<E>" or "<E>_step_<S>" between the prefix and the suffix, digits only.
+  const std::string core =
+      name.substr(std::string(kPrefix).size(),
+                  name.size() - std::string(kPrefix).size() - std::string(kSuffix).size());
+  const auto digits = [](const std::string& s) {
+    return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+  };
+  const auto mark = core.find("_step_");
+  const std::string epoch = core.substr(0, mark);
+  const std::string step = mark == std::string::npos ? "0" : core.substr(mark + 6);
+  if (!digits(epoch) || !digits(step)) return std::nullopt;
+  return std::make_pair(std::stoll(epoch), std::stoll(step));
+}
+
+int64_t meta_int(const SafetensorsFile& f, const std::string& key, int64_t fallback) {
+  auto it = f.metadata.find(key);
+  return it == f.metadata.end() ? fallback : std::stoll(it->second);
+}
+
+// Every difference between the file's tensors and what the model and
+// optimizer hold; empty when they agree.
+std::vector<std::string> mismatches(const std::map<std::string, at::Tensor>& file,
+                                    const std::vector<std::pair<std::string, at::Tensor>>& expected,
+                                    const std::string& prefix) {
+  std::vector<std::string> out;
+  std::set<std::string> seen;
+  for (const auto& [name, want] : expected) {
+    const std::string key = prefix + name;
+    seen.insert(key);
+    auto it = file.find(key);
+    if (it == file.end()) {
+      out.push_back("missing '" + key + "' " + c10::str(want.sizes()));
+      continue;
+    }
+    if (it->second.sizes() != want.sizes()) {
+      out.push_back("'" + key + "' has shape " + c10::str(it->second.sizes()) + ", expected " +
+                    c10::str(want.sizes()));
+    } else if (it->second.scalar_type() != want.scalar_type()) {
+      out.push_back("'" + key + "' has dtype " + c10::toString(it->second.scalar_type()) +
+                    ", expected " + c10::toString(want.scalar_type()));
+    }
+  }
+  for (const auto& [key, t] : file) {
+    if (key.rfind(prefix, 0) == 0 && !seen.count(key)) {
+      out.push_back("unexpected '" + key + "' " + c10::str(t.sizes()));
+    }
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> model_tensors(Model& model) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& p : model.named_parameters()) out.emplace_back(p.key(), p.value());
+  return out;
+}
+
 }  // namespace
 
-std::string save_checkpoint(const std::string& dir, int64_t epoch, int64_t global_step,
-                            Model& model, const MuonAdamW& optimizer,
+std::string save_checkpoint(const std::string& dir, const TrainPosition& pos, Model& model,
+                            const MuonAdamW& optimizer,
                             const std::map<std::string, std::string>& metadata) {
   fs::create_directories(dir);
   std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (const auto& p : model.named_parameters())
-    tensors.emplace_back("model." + p.key(), p.value());
-  for (const auto& [k, v] : optimizer.state_tensors()) tensors.emplace_back("optim." + k, v);
-  char name[64];
-  std::snprintf(name, sizeof(name), "%s%04lld%s", kPrefix, static_cast<long long>(epoch), kSuffix);
+  for (const auto& [name, t] : model_tensors(model)) tensors.emplace_back("model." + name, t);
+  for (const auto& [name, t] : optimizer.state_tensors()) tensors.emplace_back("optim." + name, t);
+  nlohmann::json checksums = nlohmann::json::object();
+  for (auto& [name, t] : tensors) {
+    t = t.detach().to(at::kCPU).contiguous();
+    if (t.is_floating_point()) {
+      TORCH_CHECK(torch::isfinite(t).all().item<bool>(), "checkpoint: '", name,
+                  "' holds a non-finite value; not saving a checkpoint of this state");
+    }
+    checksums[name] = checksum(t);
+  }
+  char name[96];
+  if (pos.steps_into_epoch > 0) {
+    std::snprintf(name, sizeof(name), "%s%04lld_step_%06lld%s", kPrefix,
+                  static_cast<long long>(pos.epochs_done),
+                  static_cast<long long>(pos.steps_into_epoch), kSuffix);
+  } else {
+    std::snprintf(name, sizeof(name), "%s%04lld%s", kPrefix,
+                  static_cast<long long>(pos.epochs_done), kSuffix);
+  }
   const std::string path = dir + "/" + name;
   auto meta = metadata;
   meta["format"] = kFormat;
-  meta["epoch"] = std::to_string(epoch);
-  meta["global_step"] = std::to_string(global_step);
+  meta["epoch"] = std::to_string(pos.epochs_done);
+  meta["steps_into_epoch"] = std::to_string(pos.steps_into_epoch);
+  meta["global_step"] = std::to_string(pos.global_step);
+  meta["val_step"] = std::to_string(pos.val_step);
+  if (!pos.epoch_means.is_null()) meta["epoch_means"] = pos.epoch_means.dump();
+  meta["checksums"] = checksums.dump();
   write_safetensors(path, tensors, meta);
   return path;
 }
 
 std::vector<std::string> list_checkpoints(const std::string& dir) {
-  std::vector<std::pair<int64_t, std::string>> found;
+  std::vector<std::tuple<int64_t, int64_t, std::string>> found;
   if (!fs::is_directory(dir)) return {};
   for (const auto& e : fs::directory_iterator(dir)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind(kPrefix, 0) != 0 || e.path().extension() != kSuffix) continue;
-    try {
-      found.emplace_back(std::stoll(name.substr(std::string(kPrefix).size())), e.path().string());
-    } catch (const std::exception&) {
+    if (auto order = order_of(e.path().filename().string())) {
+      found.emplace_back(order->first, order->second, e.path().string());
     }
   }
-  std::sort(found.begin(), found.end(),
-            [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::sort(found.begin(), found.end(), std::greater<>());
   std::vector<std::string> out;
-  for (auto& f : found) out.push_back(f.second);
+  out.reserve(found.size());
+  for (auto& f : found) out.push_back(std::get<2>(f));
   return out;
 }
 
 CheckpointInfo load_checkpoint(const std::string& path, Model* model, MuonAdamW* optimizer) {
-  const auto f = read_safetensors(path);
-  TORCH_CHECK(f.metadata.count("format") && f.metadata.at("format") == kFormat, "checkpoint: '",
-              path, "' is not a Slipstream checkpoint");
-  std::map<std::string, torch::Tensor> model_tensors, optim_tensors;
-  for (const auto& [name, t] : f.tensors) {
-    if (name.rfind("model.", 0) == 0) model_tensors[name.substr(6)] = t;
-    if (name.rfind("optim.", 0) == 0) optim_tensors[name.substr(6)] = t;
-  }
+  SafetensorsFile f;
   try {
-    if (model != nullptr) model->load_named(model_tensors);
-    if (optimizer != nullptr) optimizer->load_state_tensors(optim_tensors);
+    f = read_safetensors(path);
   } catch (const c10::Error& e) {
-    TORCH_CHECK(false, "checkpoint: '", path, "': ", e.what_without_backtrace());
+    throw CheckpointDamaged("checkpoint: '" + path + "' is damaged: " + e.what_without_backtrace());
+  }
+  const auto format = f.metadata.count("format") ? f.metadata.at("format") : "";
+  if (format != kFormat && format != kFormatV1) {
+    throw CheckpointDamaged("checkpoint: '" + path + "' is not a Slipstream checkpoint (format '" +
+                            format + "')");
+  }
+  std::map<std::string, at::Tensor> tensors(f.tensors.begin(), f.tensors.end());
+  if (format == kFormat) {
+    nlohmann::json sums;
+    try {
+      sums = nlohmann::json::parse(f.metadata.at("checksums"));
+    } catch (const std::exception& e) {
+      throw CheckpointDamaged("checkpoint: '" + path + "' has no readable checksums");
+    }
+    for (const auto& [name, t] : tensors) {
+      if (!sums.contains(name) || sums[name].get<uint32_t>() != checksum(t.contiguous())) {
+        throw CheckpointDamaged("checkpoint: '" + path + "' is damaged: tensor '" + name +
+                                "' does not match its checksum");
+      }
+    }
+  }
+  std::vector<std::string> diff;
+  if (model != nullptr) {
+    for (auto& d : mismatches(tensors, model_tensors(*model), "model.")) diff.push_back(d);
+  }
+  if (optimizer != nullptr) {
+    for (auto& d : mismatches(tensors, optimizer->state_tensors(), "optim.")) diff.push_back(d);
+  }
+  if (!diff.empty()) {
+    std::string list;
+    for (const auto& d : diff) list += "\n  " + d;
+    throw CheckpointMismatch("checkpoint: '" + path +
+                             "' was written by a run of another config (model or optimizer); " +
+                             std::to_string(diff.size()) + " difference(s):" + list +
+                             "\nNothing was loaded or overwritten. Resume with the config it was "
+                             "written with (resolved_config.yaml beside it), or train under "
+                             "another run_id.");
+  }
+  torch::NoGradGuard no_grad;
+  if (model != nullptr) {
+    for (auto& p : model->named_parameters()) p.value().copy_(tensors.at("model." + p.key()));
+  }
+  if (optimizer != nullptr) {
+    std::map<std::string, at::Tensor> state;
+    for (const auto& [name, t] : tensors) {
+      if (name.rfind("optim.", 0) == 0) state[name.substr(6)] = t;
+    }
+    optimizer->load_state_tensors(state);
   }
   CheckpointInfo info;
   info.path = path;
-  info.epoch = std::stoll(f.metadata.at("epoch"));
-  info.global_step = std::stoll(f.metadata.at("global_step"));
+  info.position.epochs_done = meta_int(f, "epoch", 0);
+  info.position.steps_into_epoch = meta_int(f, "steps_into_epoch", 0);
+  info.position.global_step = meta_int(f, "global_step", 0);
+  info.position.val_step = meta_int(f, "val_step", 0);
+  if (f.metadata.count("epoch_means")) {
+    info.position.epoch_means = nlohmann::json::parse(f.metadata.at("epoch_means"));
+  }
   info.metadata = f.metadata;
   return info;
 }
@@ -82,19 +217,29 @@ CheckpointInfo load_checkpoint(const std::string& path, Model* model, MuonAdamW*
 std::optional<CheckpointInfo> load_newest_checkpoint(const std::string& path, Model* model,
                                                      MuonAdamW* optimizer) {
   if (fs::is_regular_file(path)) return load_checkpoint(path, model, optimizer);
-  for (const auto& candidate : list_checkpoints(path)) {
+  const auto candidates = list_checkpoints(path);
+  std::string damaged;
+  for (const auto& candidate : candidates) {
     try {
       return load_checkpoint(candidate, model, optimizer);
-    } catch (const c10::Error& e) {
-      std::cerr << "slipstream: skipping damaged checkpoint: " << e.what_without_backtrace()
-                << "\n";
+    } catch (const CheckpointDamaged& e) {
+      std::cerr << "slipstream: " << e.what() << "; trying the one before it\n";
+      damaged += std::string("\n  ") + e.what();
     }
   }
-  return std::nullopt;
+  if (candidates.empty()) return std::nullopt;
+  throw CheckpointDamaged("checkpoint: every checkpoint in '" + path + "' is damaged:" + damaged +
+                          "\nNothing was loaded; training does not start over on its own (move "
+                          "them away, or set training.start_over=true).");
 }
 
-std::optional<CheckpointInfo> read_checkpoint_info(const std::string& path) {
-  return load_newest_checkpoint(path, nullptr, nullptr);
+void prune_checkpoints(const std::string& dir, int64_t keep) {
+  const auto all = list_checkpoints(dir);
+  for (size_t i = static_cast<size_t>(std::max<int64_t>(keep, 1)); i < all.size(); ++i) {
+    if (std::remove(all[i].c_str()) != 0) {
+      std::cerr << "slipstream: cannot prune '" << all[i] << "': " << std::strerror(errno) << "\n";
+    }
+  }
 }
 
 }  // namespace slipstream::aero

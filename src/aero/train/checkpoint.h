@@ -1,48 +1,76 @@
-// Checkpoints: one safetensors file per saved epoch,
-//   <dir>/checkpoint_epoch_<NNNN>.safetensors
+// Checkpoints: one safetensors file per save,
+//   <dir>/checkpoint_epoch_<E>.safetensors            E epochs done
+//   <dir>/checkpoint_epoch_<E>_step_<S>.safetensors   E epochs and S steps of the next (a stop)
 // holding "model.<name>" (every parameter), "optim.<name>" (the optimizer
-// state) and metadata: epoch, global_step, format, and what the run adds
-// (the precision it trained in, its target fields with their normalisation
-// statistics, the model family and its input widths). Written to a temp
-// file and renamed, so a crash never leaves a partial checkpoint under the
-// final name; resume picks the newest file that reads back completely.
+// state) and metadata: the format, where the run stands (TrainPosition), a
+// CRC-32C of every tensor, and what the run adds (the precision, the target
+// fields with their statistics, the model family and its input widths).
+//
+// A save refuses, before writing anything, a state holding a non-finite
+// value; it writes to a temp file and renames, so a crash never leaves a
+// partial checkpoint under the final name. A load checks everything before
+// it copies anything: the format, every tensor's checksum (a mismatch is
+// CheckpointDamaged: the file is not what was written), then every name,
+// shape and dtype against the model and optimizer (CheckpointMismatch,
+// listing every difference: the checkpoint is of another config).
 #pragma once
 
 #include "aero/model/model.h"
 #include "aero/optim/muon_adamw.h"
 
+#include <nlohmann/json.hpp>
+
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace slipstream::aero {
 
+// Where a run stands.
+struct TrainPosition {
+  int64_t epochs_done = 0;       // complete epochs
+  int64_t steps_into_epoch = 0;  // steps of the next epoch already taken (a mid-epoch stop)
+  int64_t global_step = 0;       // train steps taken
+  int64_t val_step = 0;          // validation steps taken (TensorBoard's val axis)
+  nlohmann::json epoch_means;    // the partial epoch's running sums (StepMeans::state)
+};
+
 struct CheckpointInfo {
   std::string path;
-  int64_t epoch = 0;        // epochs completed
-  int64_t global_step = 0;  // train steps completed
+  TrainPosition position;
   std::map<std::string, std::string> metadata;
 };
 
-std::string save_checkpoint(const std::string& dir, int64_t epoch, int64_t global_step,
-                            Model& model, const MuonAdamW& optimizer,
+class CheckpointDamaged : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+class CheckpointMismatch : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+std::string save_checkpoint(const std::string& dir, const TrainPosition& position, Model& model,
+                            const MuonAdamW& optimizer,
                             const std::map<std::string, std::string>& metadata = {});
 
-// Checkpoint files in `dir`, newest epoch first (ignores temp files).
+// Checkpoint files in `dir`, newest first (temp files are not listed).
 std::vector<std::string> list_checkpoints(const std::string& dir);
 
-// Loads `path` into model and optimizer (either may be null); throws naming
-// the file on any problem.
+// Checks `path` as above, then loads it into model and optimizer (either may
+// be null: then its tensors are neither checked nor loaded).
 CheckpointInfo load_checkpoint(const std::string& path, Model* model, MuonAdamW* optimizer);
 
-// `path` is a checkpoint file, or a directory whose newest complete
-// checkpoint is taken (older ones are tried if the newest is damaged).
+// `path` is a checkpoint file, or a directory whose newest good checkpoint
+// is taken: a damaged one is reported and the one before it tried; a
+// mismatch is an error. Null when the directory holds no checkpoint; an
+// error when it holds some and every one is damaged.
 std::optional<CheckpointInfo> load_newest_checkpoint(const std::string& path, Model* model,
                                                      MuonAdamW* optimizer);
 
-// The metadata of `path` (a file, or a directory's newest readable
-// checkpoint) without loading any tensor into a model.
-std::optional<CheckpointInfo> read_checkpoint_info(const std::string& path);
+// Removes all but the newest `keep` checkpoints of `dir`.
+void prune_checkpoints(const std::string& dir, int64_t keep);
 
 }  // namespace slipstream::aero

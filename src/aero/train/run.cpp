@@ -38,7 +38,7 @@ RunSpec resolve_run_spec(const Config& config) {
   RunSpec spec;
   spec.settings = resolve_settings(config);
   spec.fields = resolve_fields(config);
-  spec.inputs = InputSpec::from_yaml(config.root()["model"]["inputs"], "model.inputs");
+  spec.inputs = InputSpec::from_yaml(config.section("model.inputs"), "model.inputs");
   if (config.has("defaults.model")) spec.model_config = config.get<std::string>("defaults.model");
   return spec;
 }
@@ -99,6 +99,8 @@ DatasetSplits open_datasets(const RunSpec& spec) {
   const SampleCheck check = sample_check(spec, layout);
   data.train->set_check(check);
   data.val->set_check(check);
+  data.train->check_headers();
+  data.val->check_headers();
   return data;
 }
 
@@ -183,6 +185,7 @@ std::unique_ptr<Run> build_run(const Config& config, const DistributedEnv& env) 
   run->shape = model_shape(run->spec, run->data.train->layout());
   torch::manual_seed(s.seed);
   run->model = build_model(config, run->shape);
+  config.check_known_keys();  // every key was read by something, before any work
   run->model->to(run->device);
   if (run->world_size > 1) {
     check_same_config_on_every_rank(*run, config.to_yaml());
@@ -244,7 +247,7 @@ TrainedModel load_trained(const std::string& checkpoint, c10::Device device) {
   TORCH_CHECK(fs::is_regular_file(config_path), "infer: no resolved_config.yaml beside '",
               checkpoint, "' (looked for '", config_path, "')");
   const Config config = Config::load_resolved(config_path);
-  auto info = read_checkpoint_info(ckpt.string());
+  auto info = load_newest_checkpoint(ckpt.string(), nullptr, nullptr);
   TORCH_CHECK(info.has_value(), "infer: no complete checkpoint in '", checkpoint, "'");
   const auto& meta = info->metadata;
   auto need = [&](const char* key) -> const std::string& {
@@ -285,9 +288,12 @@ torch::Tensor TrainedModel::predict(const Sample& sample, int64_t chunk) const {
   for (int64_t begin = 0; begin < n; begin += chunk) {
     const auto idx = order.narrow(0, begin, std::min(chunk, n - begin));
     ModelInputs inputs;
+    std::map<const void*, torch::Tensor> chunked;  // shared inputs stay shared
     for (const auto& [name, t] : full.inputs) {
+      auto& c = chunked[t.unsafeGetTensorImpl()];
       // Per-point inputs are chunked; a global input (1, 1, C) goes whole.
-      inputs[name] = (t.size(1) == n ? t.index_select(1, idx) : t).to(device);
+      if (!c.defined()) c = (t.size(1) == n ? t.index_select(1, idx) : t).to(device);
+      inputs[name] = c;
     }
     torch::Tensor out;
     {

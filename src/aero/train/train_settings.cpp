@@ -1,5 +1,7 @@
 #include "aero/train/train_settings.h"
 
+#include "aero/train/run_directory.h"
+
 #include <c10/util/Exception.h>
 
 #include <chrono>
@@ -35,13 +37,8 @@ void check_positive(const std::string& key, double v) {
 
 // A map-valued key (name -> value), or an empty node when absent or null.
 YAML::Node section(const Config& c, const std::string& key) {
-  YAML::Node n = YAML::Clone(c.root());
-  std::stringstream ss(key);
-  for (std::string part; std::getline(ss, part, '.');) {
-    if (!n.IsMap() || !n[part]) return YAML::Node();
-    n.reset(n[part]);
-  }
-  if (n.IsNull()) return YAML::Node();
+  YAML::Node n = c.section(key);
+  if (!n.IsDefined() || n.IsNull()) return YAML::Node();
   TORCH_CHECK(n.IsMap(), "config: '", key, "' must map target names to values");
   return n;
 }
@@ -131,8 +128,7 @@ FieldSchema resolve_fields(const Config& c) {
 TrainSettings resolve_settings(const Config& c) {
   TrainSettings s;
   s.run_id = c.is_null("run_id") ? timestamp_run_id() : c.get<std::string>("run_id");
-  TORCH_CHECK(!s.run_id.empty() && s.run_id.find('/') == std::string::npos,
-              "config: 'run_id' must be a non-empty name without '/', got '", s.run_id, "'");
+  check_run_id(s.run_id);
   s.output_dir = c.get<std::string>("output_dir");
   s.seed = static_cast<uint64_t>(c.get<int64_t>("seed"));
   s.device = c.get<std::string>("device");
@@ -143,7 +139,11 @@ TrainSettings resolve_settings(const Config& c) {
   check_positive("training.num_epochs", static_cast<double>(s.num_epochs));
   s.save_interval = c.get<int64_t>("training.save_interval");
   check_positive("training.save_interval", static_cast<double>(s.save_interval));
+  s.keep_last = c.get<int64_t>("training.keep_last");
+  TORCH_CHECK(s.keep_last >= 2, "config: 'training.keep_last' must be >= 2 (the newest checkpoint ",
+              "and one before it), got ", s.keep_last);
   s.resume = c.get<bool>("training.resume");
+  s.start_over = c.get<bool>("training.start_over");
   s.validate = c.get<bool>("training.validate");
   s.steps_per_epoch = c.get<int64_t>("training.steps_per_epoch");
   TORCH_CHECK(s.steps_per_epoch >= 0, "config: 'training.steps_per_epoch' must be >= 0");
@@ -188,6 +188,7 @@ TrainSettings resolve_settings(const Config& c) {
   s.transforms.subsample = c.get<std::string>("dataset.transforms.subsample");
   check_one_of("dataset.transforms.subsample", s.transforms.subsample, {"random", "block"});
   s.transforms.center = c.get<bool>("dataset.transforms.center");
+  s.transforms.scale_by_L_ref = c.get<bool>("dataset.transforms.scale_by_L_ref");
   s.transforms.rotate_z_max_deg = c.get<double>("dataset.transforms.rotate_z_max_deg");
   s.transforms.translate_max = c.get<double>("dataset.transforms.translate_max");
   TORCH_CHECK(s.transforms.rotate_z_max_deg >= 0 && s.transforms.translate_max >= 0,

@@ -24,7 +24,9 @@ struct TrainSettings {
   std::string precision = "auto";
   int64_t num_epochs = 1;
   int64_t save_interval = 1;
+  int64_t keep_last = 3;  // checkpoints kept (>= 2); older ones are pruned
   bool resume = true;
+  bool start_over = false;  // discard this run_id's checkpoints and logs
   bool validate = true;
   int64_t steps_per_epoch = 0;  // 0: one pass over the train shard
   ReadbackPolicy readback = ReadbackPolicy::kAsync;

@@ -1,8 +1,11 @@
 #include "aero/train/trainer.h"
 
-#include "aero/train/checkpoint.h"
+#include "aero/train/log_records.h"
+#include "aero/train/run_checkpoints.h"
+#include "aero/train/step_guard.h"
 #include "core/device/device.h"
 #include "core/io/atomic_file.h"
+#include "core/process/stop_signal.h"
 #include "core/readback/step_means.h"
 #include "core/sinks/console_sink.h"
 #include "core/sinks/jsonl_sink.h"
@@ -12,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <iostream>
 
@@ -24,30 +28,6 @@ namespace {
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-FieldKind kind_of(const std::string& key) {
-  if (key == "loss" || key.rfind("loss/", 0) == 0) return FieldKind::kLoss;
-  return FieldKind::kMetric;
-}
-
-// The log record of one delivered step: its index fields, the device values,
-// then the host fields (lr, step_time_s, mem_gb).
-LogRecord step_log_record(const std::string& phase, const StepRecord& r, int64_t epoch,
-                          int64_t index_in_epoch, int64_t steps, std::vector<Field> fields) {
-  LogRecord rec;
-  rec.kind = phase + "_step";
-  rec.phase = phase;
-  rec.tb_step = r.step;
-  rec.epoch = epoch;
-  rec.index_in_epoch = index_in_epoch;
-  rec.steps_in_epoch = steps;
-  rec.fields = std::move(fields);
-  for (const auto& [k, v] : r.values) rec.fields.push_back({k, v, kind_of(k)});
-  for (const auto& [k, v] : r.host) {
-    rec.fields.push_back({k, v, k == "lr" ? FieldKind::kLearningRate : FieldKind::kPerformance});
-  }
-  return rec;
 }
 
 }  // namespace
@@ -69,7 +49,7 @@ StepReadback::Options Trainer::readback_options(const char* phase) const {
   return ro;
 }
 
-void Trainer::setup_logging() {
+void Trainer::setup_logging(const nlohmann::json& resume) {
   if (run_.rank != 0 || logger_.sink_count() > 0) return;
   const auto& s = run_.settings();
   const std::string dir = s.run_dir();
@@ -78,17 +58,20 @@ void Trainer::setup_logging() {
   logger_.add_sink(std::make_unique<ConsoleSink>(stdout, s.console_every_n_steps));
   logger_.add_sink(std::make_unique<JsonlSink>(dir + "/metrics.jsonl"));
   if (s.tensorboard) logger_.add_sink(std::make_unique<TensorBoardSink>(dir + "/tb"));
-  const nlohmann::json config = run_.config_record();
+  nlohmann::json config = run_.config_record();
+  config["resume"] = resume;
   logger_.write_document("config", config);
   std::printf("Model: %s, %lld parameters, %s on %s, %s\n",
               config["model"].get<std::string>().c_str(),
               static_cast<long long>(config["num_parameters"].get<int64_t>()),
               to_string(run_.precision).c_str(), run_.device.str().c_str(),
               config["numerics"].dump().c_str());
-  logger_.write_document("dataset", run_.dataset_record());
+  nlohmann::json dataset = run_.dataset_record();
+  dataset["resume"] = resume;
+  logger_.write_document("dataset", dataset);
 }
 
-EpochResult Trainer::train_epoch(int64_t epoch) {
+EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
   setup_logging();
   const auto& s = run_.settings();
   const c10::Device device = run_.device;
@@ -98,37 +81,44 @@ EpochResult Trainer::train_epoch(int64_t epoch) {
                                  run_.world_size, /*drop_last=*/true);
   const int64_t steps =
       s.steps_per_epoch > 0 ? s.steps_per_epoch : static_cast<int64_t>(order.size());
+  // A resumed epoch takes the samples it had left, each with its own seed.
   std::vector<size_t> epoch_samples;
-  for (int64_t i = 0; i < steps; ++i) epoch_samples.push_back(order[i % order.size()]);
+  for (int64_t i = first_step; i < steps; ++i) epoch_samples.push_back(order[i % order.size()]);
   LoaderOptions train_loader = run_.loader;
   train_loader.augment = true;
   PrefetchLoader loader(run_.data.train, std::move(epoch_samples), train_loader, epoch);
   reset_peak_memory(device);
-  const int64_t first_step = global_step_;
-  StepMeans means;
+  const int64_t epoch_start = global_step_ - first_step;
+  StepMeans means = first_step > 0 ? partial_means_ : StepMeans{};
+  StepGuard guard(run_.rank, run_.world_size, kMaxStepsInFlight);
+  auto options = readback_options("train");
+  options.max_in_flight = kMaxStepsInFlight;
   StepReadback readback(
-      [&](const StepRecord& r) {
+      [&](StepRecord r) {
+        guard.observe(r);
         means.add(r.values);
         if (run_.rank != 0) return;
         logger_.write(
-            step_log_record("train", r, epoch, r.step - first_step + 1, steps,
+            step_log_record("train", r, epoch, r.step - epoch_start + 1, steps,
                             {{"global_step", static_cast<double>(r.step), FieldKind::kIndex},
                              {"epoch", static_cast<double>(epoch), FieldKind::kIndex}}));
       },
-      readback_options("train"));
+      options);
   step_times_.clear();
   if (audit_enabled_ && !audit_.active()) audit_available_ = audit_.start();
   auto phase = [&](Phase p) {
     if (audit_.active()) audit_.set_phase(p);
   };
+  std::vector<torch::Tensor> params = model.parameters();
   const auto epoch_t0 = Clock::now();
+  int64_t done = first_step;
   {
     ReadbackScope scope(readback);
-    for (int64_t i = 0; i < steps; ++i) {
+    for (int64_t i = first_step; i < steps; ++i) {
       const auto t0 = Clock::now();
       if (step_hook_) step_hook_(i);
       // Steps 0 and 1 allocate and warm caches; the audit counts from step 2.
-      if (audit_.active() && i >= 2) audit_.begin_steady_step();
+      if (audit_.active() && i >= first_step + 2) audit_.begin_steady_step();
       phase(Phase::kLoader);
       Batch batch = loader.next();
       torch::Tensor prediction;
@@ -145,6 +135,10 @@ EpochResult Trainer::train_epoch(int64_t epoch) {
       result.total.backward();
       if (run_.averager) run_.averager->finish();
       phase(Phase::kOptimizer);
+      std::vector<torch::Tensor> grads;
+      grads.reserve(params.size());
+      for (const auto& p : params) grads.push_back(p.grad());
+      guard.add_controls(result.scalars, result.total, grads, StopSignals::requested() != 0);
       const double lr = run_.optimizer->lr();
       run_.optimizer->step();
       const double step_time = seconds_since(t0);
@@ -154,15 +148,21 @@ EpochResult Trainer::train_epoch(int64_t epoch) {
           global_step_, result.scalars,
           {{"lr", lr}, {"step_time_s", step_time}, {"mem_gb", memory_reserved_gib(device)}});
       ++global_step_;
+      ++done;
       if (s.scheduler_per_step) run_.optimizer->set_lr(scheduled_lr(s, global_step_));
       phase(Phase::kLogging);
       readback.deliver_landed();
       if (audit_.active()) audit_.end_steady_step();
+      if (guard.stop_after(global_step_ - 1)) break;  // every rank breaks after this step
     }
     phase(Phase::kOther);
     readback.drain();
   }
-  return finish_epoch("train", epoch, steps, seconds_since(epoch_t0), means.means());
+  guard.throw_if_nonfinite();
+  EpochResult r = finish_epoch("train", epoch, done, seconds_since(epoch_t0), means.means());
+  r.interrupted = done < steps;
+  partial_means_ = r.interrupted ? means : StepMeans{};
+  return r;
 }
 
 EpochResult Trainer::val_epoch(int64_t epoch) {
@@ -210,7 +210,12 @@ EpochResult Trainer::val_epoch(int64_t epoch) {
 
 EpochResult Trainer::finish_epoch(const char* phase, int64_t epoch, int64_t steps, double seconds,
                                   const std::map<std::string, double>& means) {
-  EpochResult r{epoch, steps, seconds, peak_memory_gib(run_.device), means};
+  EpochResult r;
+  r.epoch = epoch;
+  r.steps = steps;
+  r.seconds = seconds;
+  r.peak_memory_gib = peak_memory_gib(run_.device);
+  r.means = means;
   if (run_.comm && run_.world_size > 1) {
     // The epoch summary may block: the largest peak over ranks.
     auto t = torch::full({1}, r.peak_memory_gib,
@@ -219,24 +224,11 @@ EpochResult Trainer::finish_epoch(const char* phase, int64_t epoch, int64_t step
     r.peak_memory_gib = t.item<double>();
   }
   if (run_.rank != 0) return r;
-  LogRecord rec;
-  rec.kind = std::string(phase) + "_summary";
-  rec.phase = phase;
-  rec.per_step = false;
-  rec.tb_step = r.epoch;
-  rec.epoch = r.epoch;
-  rec.fields.push_back({"epoch", static_cast<double>(r.epoch), FieldKind::kIndex});
-  for (const auto& key : run_.loss->keys()) {
-    auto it = r.means.find(key);
-    if (it != r.means.end()) rec.fields.push_back({key, it->second, kind_of(key)});
-  }
-  if (std::string(phase) == "train") {
-    rec.fields.push_back({"lr", run_.optimizer->lr(), FieldKind::kLearningRate});
-  }
-  rec.fields.push_back({"epoch_seconds", r.seconds, FieldKind::kPerformance});
-  rec.fields.push_back({"steps", static_cast<double>(r.steps), FieldKind::kPerformance});
-  rec.fields.push_back({"peak_memory_gib", r.peak_memory_gib, FieldKind::kPerformance});
-  logger_.write(rec);
+  const bool train = std::string(phase) == "train";
+  logger_.write(
+      summary_log_record(phase, epoch, r.means, run_.loss->keys(),
+                         train ? std::optional<double>(run_.optimizer->lr()) : std::nullopt,
+                         r.seconds, r.steps, r.peak_memory_gib));
   return r;
 }
 
@@ -248,31 +240,45 @@ std::string Trainer::sync_audit_report() const {
 }
 
 TrainResult Trainer::fit() {
-  setup_logging();
   const auto& s = run_.settings();
+  if (run_.rank == 0) dir_ = std::make_unique<RunDirectory>(s.run_dir());
+  const TrainPosition start = resume_position(run_, dir_.get());
+  global_step_ = start.global_step;
+  val_step_ = start.val_step;
+  partial_means_ = StepMeans::from_state(start.epoch_means);
+  const bool resumed = start.global_step > 0 || start.epochs_done > 0;
+  setup_logging(resumed ? nlohmann::json{{"global_step", start.global_step},
+                                         {"epochs_done", start.epochs_done},
+                                         {"steps_into_epoch", start.steps_into_epoch}}
+                        : nlohmann::json(false));
+  if (run_.rank == 0) {  // supersedes what an earlier start logged past these steps
+    logger_.start_session("train", start.global_step);
+    logger_.start_session("val", start.val_step);
+  }
+  StopSignals::install();
   TrainResult result;
   result.run_dir = s.run_dir();
-  const std::string ckpt_dir = s.run_dir() + "/checkpoints";
-  int64_t start_epoch = 0;
-  if (s.resume) {
-    if (auto info = load_newest_checkpoint(ckpt_dir, run_.model.get(), run_.optimizer.get())) {
-      start_epoch = info->epoch;
-      global_step_ = info->global_step;
-      if (run_.rank == 0) {
-        std::cout << "Resumed from " << info->path << " (epoch " << info->epoch << ", step "
-                  << info->global_step << ")\n";
-      }
-    }
-  }
-  result.start_epoch = start_epoch;
-  for (int64_t epoch = start_epoch + 1; epoch <= s.num_epochs; ++epoch) {
+  result.start_epoch = start.epochs_done;
+  for (int64_t epoch = start.epochs_done + 1; epoch <= s.num_epochs; ++epoch) {
     if (!s.scheduler_per_step) run_.optimizer->set_lr(scheduled_lr(s, epoch - 1));
-    result.train.push_back(train_epoch(epoch));
+    const int64_t first = epoch == start.epochs_done + 1 ? start.steps_into_epoch : 0;
+    result.train.push_back(train_epoch(epoch, first));
+    const auto& r = result.train.back();
+    if (r.interrupted) {  // a signal, mid-epoch: continue this epoch on resume
+      save_run_checkpoint(run_,
+                          {epoch - 1, r.steps, global_step_, val_step_, partial_means_.state()});
+      result.stop_signal = StopSignals::requested();
+      break;
+    }
     if (s.validate && run_.data.val->size() > 0) result.val.push_back(val_epoch(epoch));
     if (run_.rank == 0) logger_.end_epoch(epoch);
-    if (run_.rank == 0 && (epoch % s.save_interval == 0 || epoch == s.num_epochs)) {
-      save_checkpoint(ckpt_dir, epoch, global_step_, *run_.model, *run_.optimizer,
-                      run_.checkpoint_metadata());
+    const bool stop = any_rank_requests_stop(run_);
+    if (stop || epoch % s.save_interval == 0 || epoch == s.num_epochs) {
+      save_run_checkpoint(run_, {epoch, 0, global_step_, val_step_, nullptr});
+    }
+    if (stop) {
+      result.stop_signal = StopSignals::requested() != 0 ? StopSignals::requested() : SIGTERM;
+      break;
     }
   }
   logger_.flush();

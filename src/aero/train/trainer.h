@@ -10,12 +10,21 @@
 // epoch's step values, which are already all-rank means), saves a checkpoint
 // every `save_interval` epochs and steps the schedule.
 //
+// Faults (StepGuard): a non-finite loss or gradient stops every rank after
+// the same step with NonFiniteError (exit 3) and no checkpoint of it; a
+// SIGTERM or SIGINT finishes the step, drains, checkpoints (mid-epoch if it
+// must) and fit() returns the signal. fit() resumes from the newest good
+// checkpoint (a mid-epoch one continues its epoch at the next step, with the
+// same samples) and continues the logs without repeating a step.
+//
 // Only rank 0 writes logs and checkpoints; every rank runs the same number
 // of steps, so per-step collectives cannot deadlock.
 #pragma once
 
 #include "aero/train/run.h"
+#include "aero/train/run_directory.h"
 #include "core/device/sync_audit.h"
+#include "core/readback/step_means.h"
 #include "core/readback/step_readback.h"
 #include "core/sinks/metrics_logger.h"
 
@@ -28,7 +37,8 @@ namespace slipstream::aero {
 
 struct EpochResult {
   int64_t epoch = 0;
-  int64_t steps = 0;
+  int64_t steps = 0;         // steps of the epoch taken (a resumed part included)
+  bool interrupted = false;  // a stop request ended it before its last step
   double seconds = 0.0;
   double peak_memory_gib = 0.0;
   std::map<std::string, double> means;  // per key, NaN steps left out
@@ -38,6 +48,7 @@ struct TrainResult {
   std::vector<EpochResult> train, val;
   std::string run_dir;
   int64_t start_epoch = 0;  // > 0 when resumed
+  int stop_signal = 0;      // SIGTERM or SIGINT when a signal stopped the run, else 0
 };
 
 class Trainer {
@@ -48,7 +59,8 @@ class Trainer {
   TrainResult fit();
 
   // For `slipstream bench` and tests: one epoch each, with no checkpoints.
-  EpochResult train_epoch(int64_t epoch);
+  // `first_step` > 0 continues an epoch a stop cut short.
+  EpochResult train_epoch(int64_t epoch, int64_t first_step = 0);
   EpochResult val_epoch(int64_t epoch);
   void set_readback_policy(ReadbackPolicy p) { run_.spec.settings.readback = p; }
   // Per-step wall times (seconds) of the last train epoch, host clock.
@@ -63,9 +75,15 @@ class Trainer {
   const SyncAudit& sync_audit() const { return audit_; }
 
   Run& run() { return run_; }
+  // Train steps taken (a resumed run's earlier ones included).
+  int64_t global_step() const { return global_step_; }
 
  private:
-  void setup_logging();
+  // How many steps a delivery may lag (StepReadback::max_in_flight), and so
+  // how many steps after a flagged one every rank stops.
+  static constexpr int64_t kMaxStepsInFlight = 4;
+
+  void setup_logging(const nlohmann::json& resume = false);
   StepReadback::Options readback_options(const char* phase) const;
   EpochResult finish_epoch(const char* phase, int64_t epoch, int64_t steps, double seconds,
                            const std::map<std::string, double>& means);
@@ -76,6 +94,8 @@ class Trainer {
   int64_t val_step_ = 0;
   std::vector<double> step_times_;
   std::function<void(int64_t)> step_hook_;
+  std::unique_ptr<RunDirectory> dir_;  // rank 0, under fit()
+  StepMeans partial_means_;            // a resumed epoch's steps before the stop
   bool audit_enabled_ = false;
   bool audit_available_ = true;
   SyncAudit audit_;

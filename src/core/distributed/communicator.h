@@ -43,6 +43,13 @@ class Communicator {
   virtual void broadcast(at::Tensor& tensor, int root) = 0;
   // Every rank waits here until all have arrived.
   virtual void barrier() = 0;
+
+  // After this rank failed with `what` (its own error, or a collective that
+  // failed because of a peer): posts `what` for the other ranks, then names
+  // the ranks that failed or stopped responding (no heartbeat) first,
+  // waiting a few seconds for a dead rank's heartbeat to go stale. Empty
+  // when nothing is known of the others. Never throws.
+  virtual std::string diagnose_failure(const std::string& what) { return {}; }
 };
 
 }  // namespace slipstream

@@ -2,62 +2,147 @@
 
 #include <c10/util/Exception.h>
 #include <signal.h>
-#include <spawn.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <thread>
 
 extern char** environ;
 
 namespace slipstream {
+namespace {
+
+std::atomic<int> forward_signal{0};
+std::atomic<int> signals_seen{0};
+
+void on_launcher_signal(int sig) {
+  forward_signal.store(sig);
+  signals_seen.fetch_add(1);
+}
+
+std::vector<std::string> child_environment(int rank, int nproc, int port,
+                                           const std::string& reports) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string kv = *e;
+    bool ours = false;
+    for (const char* k : {"RANK=", "LOCAL_RANK=", "WORLD_SIZE=", "MASTER_ADDR=", "MASTER_PORT=",
+                          "SLIPSTREAM_LAUNCH_REPORTS="}) {
+      ours |= kv.rfind(k, 0) == 0;
+    }
+    if (!ours) env.push_back(kv);
+  }
+  env.push_back("RANK=" + std::to_string(rank));
+  env.push_back("LOCAL_RANK=" + std::to_string(rank));
+  env.push_back("WORLD_SIZE=" + std::to_string(nproc));
+  env.push_back("MASTER_ADDR=127.0.0.1");
+  env.push_back("MASTER_PORT=" + std::to_string(port));
+  env.push_back("SLIPSTREAM_LAUNCH_REPORTS=" + reports);
+  return env;
+}
+
+pid_t start_rank(const std::string& program, const std::vector<std::string>& args,
+                 std::vector<std::string> env) {
+  std::vector<std::string> argv_s{program};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv, envp;
+  argv.reserve(argv_s.size() + 1);
+  envp.reserve(env.size() + 1);
+  for (auto& s : argv_s) argv.push_back(s.data());
+  for (auto& s : env) envp.push_back(s.data());
+  argv.push_back(nullptr);
+  envp.push_back(nullptr);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    // The child: die with the launcher, even if it is killed with -9.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(137);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    execve(program.c_str(), argv.data(), envp.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// The ranks a failed rank's report blames, and the report; empty if none.
+std::pair<std::string, std::string> read_report(const std::string& dir, int rank) {
+  std::ifstream in(dir + "/rank_" + std::to_string(rank));
+  if (!in.good()) return {};
+  std::string blamed, line, text;
+  std::getline(in, blamed);
+  while (std::getline(in, line)) text += (text.empty() ? "" : "\n") + line;
+  return {blamed, text};
+}
+
+std::string describe_exit(int status) {
+  if (WIFSIGNALED(status)) {
+    return "was killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
+           strsignal(WTERMSIG(status)) + ")";
+  }
+  return "exited with " + std::to_string(WEXITSTATUS(status));
+}
+
+}  // namespace
 
 int launch_local_ranks(int nproc, int master_port, const std::string& program,
                        const std::vector<std::string>& args) {
   TORCH_CHECK(nproc >= 1, "launch: --nproc must be >= 1, got ", nproc);
   TORCH_CHECK(master_port > 0 && master_port < 65536, "launch: bad port ", master_port);
+  char reports_template[] = "/tmp/slipstream-launch-XXXXXX";
+  const char* reports_dir = mkdtemp(reports_template);
+  TORCH_CHECK(reports_dir != nullptr,
+              "launch: cannot create a report directory: ", std::strerror(errno));
+  const std::string reports = reports_dir;
+  struct sigaction sa {};
+  sa.sa_handler = on_launcher_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+
   std::vector<pid_t> pids;
   for (int rank = 0; rank < nproc; ++rank) {
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string kv = *e;
-      bool ours = false;
-      for (const char* k :
-           {"RANK=", "LOCAL_RANK=", "WORLD_SIZE=", "MASTER_ADDR=", "MASTER_PORT="}) {
-        ours |= kv.rfind(k, 0) == 0;
-      }
-      if (!ours) env.push_back(kv);
-    }
-    env.push_back("RANK=" + std::to_string(rank));
-    env.push_back("LOCAL_RANK=" + std::to_string(rank));
-    env.push_back("WORLD_SIZE=" + std::to_string(nproc));
-    env.push_back("MASTER_ADDR=127.0.0.1");
-    env.push_back("MASTER_PORT=" + std::to_string(master_port));
-    std::vector<char*> envp;
-    envp.reserve(env.size() + 1);
-    for (auto& s : env) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    std::vector<std::string> argv_s{program};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    argv.reserve(argv_s.size() + 1);
-    for (auto& s : argv_s) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    const int rc = posix_spawn(&pid, program.c_str(), nullptr, nullptr, argv.data(), envp.data());
-    TORCH_CHECK(rc == 0, "launch: cannot start rank ", rank, " (", program,
-                "): ", std::strerror(rc));
+    const pid_t pid =
+        start_rank(program, args, child_environment(rank, nproc, master_port, reports));
+    TORCH_CHECK(pid > 0, "launch: cannot start rank ", rank, " (", program,
+                "): ", std::strerror(errno));
     pids.push_back(pid);
   }
-  int result = 0;
+  auto signal_all = [&](int sig) {
+    for (pid_t p : pids) {
+      if (p > 0) kill(p, sig);
+    }
+  };
+  int result = 0, forwarded = 0;
   size_t alive = pids.size();
+  std::chrono::steady_clock::time_point kill_at = std::chrono::steady_clock::time_point::max();
   while (alive > 0) {
+    if (const int seen = signals_seen.load(); seen > forwarded) {
+      // First signal: forward it (the ranks checkpoint and exit); second: kill.
+      signal_all(seen == 1 ? forward_signal.load() : SIGKILL);
+      forwarded = seen;
+    }
+    if (std::chrono::steady_clock::now() >= kill_at) {
+      signal_all(SIGKILL);
+      kill_at = std::chrono::steady_clock::time_point::max();
+    }
     int status = 0;
-    const pid_t done = wait(&status);
-    if (done < 0) break;
+    const pid_t done = waitpid(-1, &status, WNOHANG);
+    if (done < 0 && errno != EINTR) break;
+    if (done <= 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
     --alive;
     int rank = -1;
     for (size_t i = 0; i < pids.size(); ++i) {
@@ -67,21 +152,26 @@ int launch_local_ranks(int nproc, int master_port, const std::string& program,
       }
     }
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (code != 0 && result == 0) {
-      result = code;
-      std::cerr << "launch: rank " << rank << " exited with " << code
+    if (code == 0 || result != 0) continue;
+    result = code;
+    if (forwarded > 0) continue;  // the ranks are stopping on the user's signal
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // its report, if any
+    const auto [blamed, report] = read_report(reports, rank);
+    if (!blamed.empty() && blamed != std::to_string(rank)) {
+      std::cerr << "launch: rank " << blamed << " caused the failure: rank " << rank << " "
+                << describe_exit(status) << " because\n"
+                << report << "\nlaunch: stopping the other ranks\n";
+    } else {
+      std::cerr << "launch: rank " << rank << " " << describe_exit(status)
                 << "; stopping the other ranks\n";
-      for (pid_t p : pids) {
-        if (p > 0) kill(p, SIGTERM);
-      }
-      std::thread([pids] {
-        std::this_thread::sleep_for(std::chrono::seconds(10));
-        for (pid_t p : pids) {
-          if (p > 0) kill(p, SIGKILL);
-        }
-      }).detach();
     }
+    signal_all(SIGTERM);
+    kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   }
+  for (int rank = 0; rank < nproc; ++rank) {
+    std::remove((reports + "/rank_" + std::to_string(rank)).c_str());
+  }
+  rmdir(reports.c_str());
   return result;
 }
 

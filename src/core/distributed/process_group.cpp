@@ -13,8 +13,16 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -64,16 +72,178 @@ struct HasShutdown<T, std::void_t<decltype(std::declval<T&>().shutdown())>> : st
 // Any c10d backend class with the usual collectives: ProcessGroupGloo and
 // ProcessGroupNCCL derive from ProcessGroup in LibTorch 1.13 and from
 // Backend in 2.x, with the same method signatures.
+// The ranks' heartbeats and failure reports, through the rendezvous store
+// on a connection of their own (the backends use the main one).
+class RankHealth {
+ public:
+  RankHealth(const DistributedEnv& env, std::chrono::milliseconds timeout)
+      : rank_(env.rank), world_(env.world_size) {
+    c10d::TCPStoreOptions o;
+    o.port = static_cast<uint16_t>(env.master_port);
+    o.isServer = false;
+    o.waitWorkers = false;
+    o.timeout = timeout;
+    store_ = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+    beat();
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~RankHealth() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  // Collectives this rank has entered: a rank that hangs while alive has
+  // entered fewer than the ranks waiting for it.
+  void entered_collective() { progress_.fetch_add(1, std::memory_order_relaxed); }
+
+  std::string diagnose(const std::string& what) {
+    std::string report;
+    std::vector<int> blamed;
+    try {
+      set(key("failed", rank_), what);
+      const auto deadline = std::chrono::steady_clock::now() + kStale + kBeat;
+      do {
+        report = culprits(blamed);
+        if (!report.empty()) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      } while (std::chrono::steady_clock::now() < deadline);
+    } catch (const std::exception& e) {
+      report = "distributed: rank " + std::to_string(rank_) +
+               ": the rendezvous store is unreachable too (" + e.what() + ")";
+    }
+    write_launch_report(blamed, report.empty() ? what : report);
+    return report;
+  }
+
+ private:
+  static constexpr std::chrono::milliseconds kBeat{1000};
+  static constexpr std::chrono::milliseconds kStale{3500};
+
+  static std::string key(const char* what, int rank) {
+    return std::string("slipstream_health/") + what + "/" + std::to_string(rank);
+  }
+  static int64_t now_ms() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  }
+  void set(const std::string& k, const std::string& v) {
+    std::lock_guard<std::mutex> lock(store_mutex_);
+    store_->set(k, std::vector<uint8_t>(v.begin(), v.end()));
+  }
+  std::optional<std::string> get(const std::string& k) {
+    std::lock_guard<std::mutex> lock(store_mutex_);
+    if (!store_->check({k})) return std::nullopt;
+    const auto v = store_->get(k);
+    return std::string(v.begin(), v.end());
+  }
+  void beat() {
+    set(key("heartbeat", rank_),
+        std::to_string(now_ms()) + "," + std::to_string(progress_.load(std::memory_order_relaxed)));
+  }
+  void loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!cv_.wait_for(lock, kBeat, [this] { return stop_; })) {
+      lock.unlock();
+      try {
+        beat();
+      } catch (const std::exception&) {
+        return;  // the store is gone: the failure shows elsewhere
+      }
+      lock.lock();
+    }
+  }
+  // Under `slipstream launch` (SLIPSTREAM_LAUNCH_REPORTS): the ranks this
+  // one blames, on the first line, then the report, for the launcher to name.
+  void write_launch_report(const std::vector<int>& blamed, const std::string& report) const {
+    const char* dir = std::getenv("SLIPSTREAM_LAUNCH_REPORTS");
+    if (dir == nullptr) return;
+    const std::string path = std::string(dir) + "/rank_" + std::to_string(rank_);
+    if (std::FILE* f = std::fopen(path.c_str(), "w")) {
+      for (size_t i = 0; i < blamed.size(); ++i) std::fprintf(f, "%s%d", i ? "," : "", blamed[i]);
+      std::fprintf(f, "\n%s\n", report.c_str());
+      std::fclose(f);
+    }
+  }
+
+  // The other ranks that reported a failure, else those whose heartbeat is
+  // stale; empty when every other rank looks alive.
+  // A rank that died or was stopped first, else one that hangs behind the
+  // others' progress, else one that reported a failure of its own.
+  std::string culprits(std::vector<int>& blamed) {
+    std::string failed, silent, behind;
+    std::vector<int> failed_ranks, silent_ranks, behind_ranks;
+    std::vector<std::pair<int, int64_t>> progress;
+    int64_t most = progress_.load();
+    for (int r = 0; r < world_; ++r) {
+      if (r == rank_) continue;
+      const auto beat = get(key("heartbeat", r));
+      int64_t ms = 0, step = -1;
+      if (beat)
+        std::sscanf(beat->c_str(), "%lld,%lld", reinterpret_cast<long long*>(&ms),
+                    reinterpret_cast<long long*>(&step));
+      const double age = beat ? static_cast<double>(now_ms() - ms) / 1000.0 : -1.0;
+      if (auto f = get(key("failed", r))) {
+        failed += "\n  rank " + std::to_string(r) + " failed: " + *f;
+        failed_ranks.push_back(r);
+      } else if (beat) {
+        progress.emplace_back(r, step);
+        most = std::max(most, step);
+      }
+      if (!beat || age * 1000.0 > static_cast<double>(kStale.count())) {
+        char line[160];
+        std::snprintf(
+            line, sizeof(line), "\n  rank %d stopped responding (%s): it died or hung", r,
+            beat ? ("its last heartbeat is " + std::to_string(age).substr(0, 5) + " s old").c_str()
+                 : "it never sent a heartbeat");
+        silent += line;
+        silent_ranks.push_back(r);
+      }
+    }
+    for (const auto& [r, step] : progress) {
+      if (step < most &&
+          std::find(silent_ranks.begin(), silent_ranks.end(), r) == silent_ranks.end()) {
+        behind += "\n  rank " + std::to_string(r) + " is alive but stopped after " +
+                  std::to_string(step) + " collectives while others entered " +
+                  std::to_string(most) + ": it hung";
+        behind_ranks.push_back(r);
+      }
+    }
+    const std::string head = "distributed: rank " + std::to_string(rank_) + " sees:";
+    if (!silent.empty()) return blamed = silent_ranks, head + silent;
+    if (!behind.empty()) return blamed = behind_ranks, head + behind;
+    if (!failed.empty()) return blamed = failed_ranks, head + failed;
+    return {};
+  }
+
+  int rank_, world_;
+  c10::intrusive_ptr<c10d::TCPStore> store_;
+  std::mutex store_mutex_, mutex_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::atomic<int64_t> progress_{0};
+  std::thread thread_;
+};
+
 template <class Backend>
 class C10dCommunicator final : public Communicator {
  public:
   C10dCommunicator(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<Backend> backend,
-                   int rank, int world, std::string name)
+                   int rank, int world, std::string name, std::unique_ptr<RankHealth> health)
       : store_(std::move(store)),
         backend_(std::move(backend)),
         rank_(rank),
         world_(world),
-        name_(std::move(name)) {}
+        name_(std::move(name)),
+        health_(std::move(health)) {}
+
+  std::string diagnose_failure(const std::string& what) override {
+    return health_ ? health_->diagnose(what) : std::string();
+  }
 
   ~C10dCommunicator() override {
     if constexpr (HasShutdown<Backend>::value) {
@@ -93,6 +263,7 @@ class C10dCommunicator final : public Communicator {
   void all_reduce_max(at::Tensor& t) override { all_reduce(t, c10d::ReduceOp::MAX); }
 
   std::unique_ptr<PendingCollective> all_reduce_sum_async(at::Tensor& t) override {
+    entered();
     std::vector<at::Tensor> ts{t};
     c10d::AllreduceOptions opts;
     opts.reduceOp = c10d::ReduceOp::SUM;
@@ -100,16 +271,24 @@ class C10dCommunicator final : public Communicator {
   }
 
   void broadcast(at::Tensor& t, int root) override {
+    entered();
     std::vector<at::Tensor> ts{t};
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
     backend_->broadcast(ts, opts)->wait();
   }
 
-  void barrier() override { backend_->barrier()->wait(); }
+  void barrier() override {
+    entered();
+    backend_->barrier()->wait();
+  }
 
  private:
+  void entered() {
+    if (health_) health_->entered_collective();
+  }
   void all_reduce(at::Tensor& t, const c10d::ReduceOp& op) {
+    entered();
     std::vector<at::Tensor> ts{t};
     c10d::AllreduceOptions opts;
     opts.reduceOp = op;
@@ -123,6 +302,7 @@ class C10dCommunicator final : public Communicator {
   int rank_;
   int world_;
   std::string name_;
+  std::unique_ptr<RankHealth> health_;
 };
 
 }  // namespace
@@ -175,7 +355,7 @@ std::unique_ptr<Communicator> init_process_group(const DistributedEnv& env, c10:
   const bool use_agent_store = agent_store != nullptr && std::string(agent_store) == "True";
   store_opts.isServer = env.rank == 0 && !use_agent_store;
   store_opts.numWorkers = env.world_size;
-  store_opts.waitWorkers = true;
+  store_opts.waitWorkers = false;  // the join keys below name a rank that is missing
   store_opts.timeout = options.timeout;
   c10::intrusive_ptr<c10d::Store> store;
   try {
@@ -185,14 +365,40 @@ std::unique_ptr<Communicator> init_process_group(const DistributedEnv& env, c10:
                 store_opts.isServer ? "host" : "reach", " the rendezvous at ", env.master_addr, ":",
                 env.master_port, ": ", e.what());
   }
+  // Every rank announces itself, then waits for the others: a rank that
+  // never comes is named, after one timeout.
+  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  const auto join_key = [](int r) { return "slipstream_join/" + std::to_string(r); };
+  std::vector<std::string> joins;
+  joins.reserve(static_cast<size_t>(env.world_size));
+  for (int r = 0; r < env.world_size; ++r) joins.push_back(join_key(r));
+  try {
+    store->set(join_key(env.rank), std::vector<uint8_t>{1});
+    store->wait(joins, options.timeout);
+  } catch (const std::exception& e) {
+    std::string missing;
+    try {
+      for (int r = 0; r < env.world_size; ++r) {
+        if (!store->check({join_key(r)}))
+          missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      }
+    } catch (const std::exception&) {
+      missing = "?";
+    }
+    TORCH_CHECK(false, "distributed: rank(s) ", missing, " of ", env.world_size,
+                " did not join the rendezvous at ", where, " within ",
+                std::chrono::duration<double>(options.timeout).count(), " s (this is rank ",
+                env.rank, "; each rank needs the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE)");
+  }
+  auto health = std::make_unique<RankHealth>(env, options.timeout);
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>("slipstream", store);
   if (device.is_cuda()) {
 #ifdef SLIPSTREAM_WITH_NCCL
     auto opts = c10d::ProcessGroupNCCL::Options::create();
     opts->timeout = options.timeout;
     auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, env.rank, env.world_size, opts);
-    return std::make_unique<C10dCommunicator<c10d::ProcessGroupNCCL>>(store, pg, env.rank,
-                                                                      env.world_size, "nccl");
+    return std::make_unique<C10dCommunicator<c10d::ProcessGroupNCCL>>(
+        store, pg, env.rank, env.world_size, "nccl", std::move(health));
 #else
     TORCH_CHECK(false, "distributed: this build has no NCCL backend for CUDA tensors");
 #endif
@@ -201,8 +407,8 @@ std::unique_ptr<Communicator> init_process_group(const DistributedEnv& env, c10:
   auto opts = c10d::ProcessGroupGloo::Options::create(options.timeout);
   opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(env.master_addr));
   auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, env.rank, env.world_size, opts);
-  return std::make_unique<C10dCommunicator<c10d::ProcessGroupGloo>>(store, pg, env.rank,
-                                                                    env.world_size, "gloo");
+  return std::make_unique<C10dCommunicator<c10d::ProcessGroupGloo>>(
+      store, pg, env.rank, env.world_size, "gloo", std::move(health));
 #else
   TORCH_CHECK(false, "distributed: this build has no Gloo backend for CPU tensors");
 #endif

@@ -11,7 +11,8 @@
 namespace slipstream {
 
 void write_file_atomically(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp";
+  // Unique per process: two writers of one path never share a temp file.
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   TORCH_CHECK(f != nullptr, "cannot create '", tmp, "': ", std::strerror(errno));
   const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size() &&

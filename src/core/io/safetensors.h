@@ -8,7 +8,7 @@
 // read_safetensors maps the file and returns CPU tensors that view the
 // mapping (it stays alive while any tensor does). Every malformed or
 // truncated file throws c10::Error naming the file and, where it applies,
-// the tensor. write_safetensors writes to "<path>.tmp" then renames, so a
+// the tensor. write_safetensors writes to a temp file then renames, so a
 // reader never sees a half-written file.
 #pragma once
 

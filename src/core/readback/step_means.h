@@ -5,6 +5,8 @@
 
 #include "core/readback/step_readback.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <map>
 #include <string>
@@ -18,6 +20,10 @@ class StepMeans {
   std::map<std::string, double> means() const;
   // Steps whose value of `key` was NaN or Inf.
   int64_t nonfinite(const std::string& key) const;
+  // The running sums, exactly (a checkpoint taken mid-epoch carries them so
+  // that the resumed epoch's summary covers all of its steps).
+  nlohmann::json state() const;
+  static StepMeans from_state(const nlohmann::json& state);
 
  private:
   struct Sum {

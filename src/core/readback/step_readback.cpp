@@ -184,6 +184,12 @@ void StepReadback::start(int64_t step, const StepScalars& scalars, NamedValues h
     return;
   }
   pending_.push_back(std::move(p));
+  while (options_.max_in_flight > 0 && pending_.size() > options_.max_in_flight) {
+    options_.probe.wait(pending_.front());
+    PendingStep oldest = std::move(pending_.front());
+    pending_.pop_front();
+    deliver_(finish(oldest));
+  }
 }
 
 StepRecord StepReadback::finish(PendingStep& p) const {

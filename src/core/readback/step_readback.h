@@ -105,6 +105,13 @@ class StepReadback {
     Communicator* comm = nullptr;  // null or world size 1: no all-reduce
     LandingProbe probe = event_landing_probe();
     std::string name = "train";  // names the phase in error messages
+    // > 0: a bound on how far delivery may lag. When start() leaves more
+    // than this many steps pending, it waits for the oldest and delivers
+    // it, so that after start(j) every step <= j - max_in_flight has been
+    // delivered, on every rank alike. The host then waits only when it runs
+    // that many steps ahead of the device (never, in a steady loop with a
+    // small bound like 4). 0: no bound.
+    size_t max_in_flight = 0;
   };
 
   StepReadback(Deliver deliver, Options options);
@@ -113,8 +120,8 @@ class StepReadback {
   StepReadback(const StepReadback&) = delete;
   StepReadback& operator=(const StepReadback&) = delete;
 
-  // Starts reading back `step`. Never blocks under kAsync; under kBlocking it
-  // delivers the step before returning.
+  // Starts reading back `step`. Never blocks under kAsync (but see
+  // max_in_flight); under kBlocking it delivers the step before returning.
   void start(int64_t step, const StepScalars& scalars, NamedValues host = {});
   // Delivers, in order, every pending step that has landed; stops at the
   // first that has not. Returns how many were delivered. Never blocks.

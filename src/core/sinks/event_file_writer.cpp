@@ -5,6 +5,7 @@
 #include <c10/util/Exception.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -130,6 +131,16 @@ TensorBoardEvent decode_event(const std::string& buf, size_t begin, size_t end,
     } else if (field == 3 && wire == kLengthDelimited) {
       Cursor s = c.sub();
       ev.file_version.assign(buf, s.pos, s.end - s.pos);
+    } else if (field == 7 && wire == kLengthDelimited) {
+      Cursor log = c.sub();
+      while (log.pos < log.end) {
+        const uint64_t k = log.varint();
+        if ((k >> 3) == 1 && (k & 7) == kVarint) {
+          ev.session_start = log.varint() == 1;  // SessionLog.START
+        } else {
+          log.skip(k & 7);
+        }
+      }
     } else if (field == 5 && wire == kLengthDelimited) {
       Cursor summary = c.sub();
       while (summary.pos < summary.end) {
@@ -154,6 +165,19 @@ std::string encode_file_version_event(double wall_time) {
   put_tag(out, 1, kFixed64);
   put_fixed<double>(out, wall_time);
   put_bytes(out, 3, "brain.Event:2");
+  return out;
+}
+
+std::string encode_session_start_event(int64_t step, double wall_time) {
+  std::string log;
+  put_tag(log, 1, kVarint);  // SessionLog.status
+  put_varint(log, 1);        // START
+  std::string out;
+  put_tag(out, 1, kFixed64);
+  put_fixed<double>(out, wall_time);
+  put_tag(out, 2, kVarint);
+  put_varint(out, static_cast<uint64_t>(step));
+  put_bytes(out, 7, log);  // Event.session_log
   return out;
 }
 
@@ -194,8 +218,19 @@ EventFileWriter::EventFileWriter(const std::string& dir) {
   char host[256] = "localhost";
   gethostname(host, sizeof(host) - 1);
   const auto now = std::chrono::system_clock::now();
-  const auto secs =
-      std::chrono::duration_cast<std::chrono::seconds>(now.time_since_epoch()).count();
+  auto secs = std::chrono::duration_cast<std::chrono::seconds>(now.time_since_epoch()).count();
+  // Later than every event file already here (a restart within a second, or
+  // a clock that went back, must still sort after the earlier files).
+  const std::string prefix = "events.out.tfevents.";
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    try {
+      secs = std::max<int64_t>(secs, std::stoll(name.substr(prefix.size())) + 1);
+    } catch (const std::exception&) {
+      // Not one of ours: its name does not order ours.
+    }
+  }
   path_ = dir + "/events.out.tfevents." + std::to_string(secs) + "." + host + "." +
           std::to_string(getpid()) + "." + std::to_string(g_file_counter++);
   file_ = std::fopen(path_.c_str(), "wb");
@@ -218,6 +253,10 @@ void EventFileWriter::write_event(const std::string& event_bytes) {
 void EventFileWriter::add_scalars(int64_t step, double wall_time,
                                   const std::vector<std::pair<std::string, float>>& values) {
   write_event(encode_scalar_event(step, wall_time, values));
+}
+
+void EventFileWriter::add_session_start(int64_t step, double wall_time) {
+  write_event(encode_session_start_event(step, wall_time));
 }
 
 void EventFileWriter::flush() { std::fflush(file_); }

@@ -5,7 +5,10 @@
 // little-endian, where data is a serialized tensorflow.Event protobuf. The
 // first event holds file_version = "brain.Event:2"; each later one holds a
 // Summary of scalar values {tag, simple_value}. The file is named
-// events.out.tfevents.<seconds>.<host>.<pid>.<n> inside `dir`. Each event is
+// events.out.tfevents.<seconds>.<host>.<pid>.<n> inside `dir`, with <seconds>
+// past those of every event file already there, so that a later start of a
+// run sorts after the earlier ones (readers load them in name order). Each
+// event is
 // written with one fwrite and flushed, so a crash loses at most the event
 // being written (TensorBoard ignores a truncated last record).
 #pragma once
@@ -28,6 +31,9 @@ class EventFileWriter {
 
   void add_scalars(int64_t step, double wall_time,
                    const std::vector<std::pair<std::string, float>>& values);
+  // A SessionLog START at `step`: TensorBoard's reader then drops the events
+  // of earlier files at or after that step (a resumed run supersedes them).
+  void add_session_start(int64_t step, double wall_time);
   void flush();
   const std::string& path() const { return path_; }
 
@@ -42,6 +48,7 @@ struct TensorBoardEvent {
   double wall_time = 0.0;
   int64_t step = 0;
   std::string file_version;
+  bool session_start = false;
   std::vector<std::pair<std::string, float>> scalars;
 };
 
@@ -53,6 +60,7 @@ std::vector<TensorBoardEvent> read_event_file(const std::string& path);
 std::string encode_scalar_event(int64_t step, double wall_time,
                                 const std::vector<std::pair<std::string, float>>& values);
 std::string encode_file_version_event(double wall_time);
+std::string encode_session_start_event(int64_t step, double wall_time);
 std::string frame_tfrecord(const std::string& data);
 
 }  // namespace slipstream

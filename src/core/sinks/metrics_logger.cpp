@@ -38,6 +38,10 @@ void MetricsLogger::end_epoch(int64_t epoch) {
   each("end of epoch", [&](Sink& s) { s.end_epoch(epoch); });
 }
 
+void MetricsLogger::start_session(const std::string& phase, int64_t step) {
+  each("start of session", [&](Sink& s) { s.start_session(phase, step); });
+}
+
 void MetricsLogger::flush() {
   each("flush", [&](Sink& s) { s.flush(); });
 }

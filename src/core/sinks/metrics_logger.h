@@ -17,6 +17,7 @@ class MetricsLogger {
   void write(const LogRecord& record);
   void write_document(const std::string& kind, const nlohmann::json& doc);
   void end_epoch(int64_t epoch);
+  void start_session(const std::string& phase, int64_t step);
   void flush();
 
   size_t sink_count() const { return sinks_.size(); }

@@ -21,6 +21,10 @@ class Sink {
   virtual void write_document(const std::string& kind, const nlohmann::json& doc) {}
   // The epoch's records have all been written.
   virtual void end_epoch(int64_t epoch) {}
+  // A new session of the run (a resume) starts at `step` of `phase`
+  // ("train", "val"): what earlier sessions logged at or after it is
+  // superseded.
+  virtual void start_session(const std::string& phase, int64_t step) {}
   virtual void flush() {}
 };
 

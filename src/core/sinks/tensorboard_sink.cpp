@@ -6,9 +6,20 @@ namespace slipstream {
 
 TensorBoardSink::TensorBoardSink(std::string dir) : dir_(std::move(dir)) {}
 
+EventFileWriter& TensorBoardSink::writer_for(const std::string& phase) {
+  auto& writer = writers_[phase];
+  if (!writer) writer = std::make_unique<EventFileWriter>(dir_ + "/" + phase);
+  return *writer;
+}
+
+void TensorBoardSink::start_session(const std::string& phase, int64_t step) {
+  const double wall =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  writer_for(phase).add_session_start(step, wall);
+}
+
 void TensorBoardSink::write(const LogRecord& record) {
-  auto& writer = writers_[record.phase];
-  if (!writer) writer = std::make_unique<EventFileWriter>(dir_ + "/" + record.phase);
+  auto* writer = &writer_for(record.phase);
   std::vector<std::pair<std::string, float>> values;
   values.reserve(record.fields.size());
   for (const auto& f : record.fields) {

@@ -16,11 +16,13 @@ class TensorBoardSink : public Sink {
   explicit TensorBoardSink(std::string dir);
   std::string name() const override { return "tensorboard"; }
   void write(const LogRecord& record) override;
+  void start_session(const std::string& phase, int64_t step) override;
   void flush() override;
   // The writer of a phase, or null if that phase has written nothing yet.
   const EventFileWriter* writer(const std::string& phase) const;
 
  private:
+  EventFileWriter& writer_for(const std::string& phase);
   std::string dir_;
   std::map<std::string, std::unique_ptr<EventFileWriter>> writers_;
 };

@@ -78,7 +78,7 @@ TEST(RunTest, TheCheckpointRecordsThePrecisionAndInferenceFollowsIt) {
       build_run(testing::load_config(tiny(dir.path(), {"precision=fp32"})), DistributedEnv{});
   Trainer(*run).fit();
   const std::string ckpt = dir.path() + "/r/checkpoints";
-  const auto info = read_checkpoint_info(ckpt);
+  const auto info = load_newest_checkpoint(ckpt, nullptr, nullptr);
   ASSERT_TRUE(info.has_value());
   EXPECT_EQ(info->metadata.at("precision"), "fp32");
   const TrainedModel fp32 = load_trained(ckpt, c10::Device(c10::kCPU));
@@ -93,9 +93,9 @@ TEST(RunTest, TheCheckpointRecordsThePrecisionAndInferenceFollowsIt) {
   // A checkpoint trained in bf16 says so; a CPU runs it in fp32 and says that.
   auto meta = run->checkpoint_metadata();
   meta["precision"] = "bf16";
-  save_checkpoint(ckpt, 7, 99, *run->model, *run->optimizer, meta);
+  save_checkpoint(ckpt, TrainPosition{7, 0, 99, 0, nullptr}, *run->model, *run->optimizer, meta);
   const TrainedModel bf16 = load_trained(ckpt, c10::Device(c10::kCPU));
-  EXPECT_EQ(bf16.checkpoint.epoch, 7);
+  EXPECT_EQ(bf16.checkpoint.position.epochs_done, 7);
   EXPECT_EQ(bf16.trained_precision, Precision::kBf16);
   EXPECT_EQ(bf16.precision, Precision::kFp32);
   // Inference: every point, in physical units, the fields' channel layout.

@@ -24,5 +24,17 @@ TEST(StepMeansTest, MeansLeaveOutAndCountNonFiniteSteps) {
   EXPECT_EQ(m.nonfinite("absent"), 0);
 }
 
+TEST(StepMeansTest, StateRoundTripsExactlyThroughJson) {
+  StepMeans m;
+  m.add({{"loss", 0.1}, {"pressure_l2", 1.0 / 3.0}});
+  m.add({{"loss", 0.2}, {"pressure_l2", std::numeric_limits<double>::quiet_NaN()}});
+  const auto text = m.state().dump();
+  StepMeans back = StepMeans::from_state(nlohmann::json::parse(text));
+  back.add({{"loss", 0.3}, {"pressure_l2", 0.5}});
+  m.add({{"loss", 0.3}, {"pressure_l2", 0.5}});
+  EXPECT_EQ(back.means(), m.means());
+  EXPECT_EQ(back.nonfinite("pressure_l2"), 1);
+}
+
 }  // namespace
 }  // namespace slipstream

@@ -130,6 +130,26 @@ TEST(StepReadbackUnitTest, LandedStepWaitsBehindAnEarlierUnlandedStep) {
   EXPECT_EQ(readback.drain(), 0u);  // nothing delivered twice
 }
 
+TEST(StepReadbackUnitTest, MaxInFlightBoundsTheDeliveryLagByWaitingForTheOldest) {
+  std::vector<int64_t> order;
+  HeldSteps held;
+  StepReadback::Options opts;
+  opts.probe = held.probe();
+  opts.max_in_flight = 3;
+  StepReadback readback([&](const StepRecord& r) { order.push_back(r.step); }, opts);
+  for (int64_t step = 0; step < 8; ++step) {
+    readback.start(step, make_step(step, false));
+    // Nothing has landed by itself, yet every step <= step - 3 is delivered.
+    EXPECT_EQ(readback.pending(), std::min<size_t>(step + 1, 3)) << "step " << step;
+    EXPECT_EQ(order.size(), static_cast<size_t>(std::max<int64_t>(0, step - 2)));
+  }
+  EXPECT_EQ(held.waited, (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  held.release(5);
+  EXPECT_EQ(readback.deliver_landed(), 1u);  // a landed step still goes at once
+  readback.drain();
+  EXPECT_EQ(order, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+}
+
 TEST(StepReadbackUnitTest, ExceptionMidEpochDeliversOnlyLandedStepsInOrder) {
   std::vector<int64_t> order;
   HeldSteps held;

@@ -1,0 +1,30 @@
+// The log records the trainer writes (core/sinks/log_record.h): one per
+// delivered train or val step, one per epoch summary, in the recipe's fields.
+#pragma once
+
+#include "core/readback/step_readback.h"
+#include "core/sinks/log_record.h"
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace slipstream::aero {
+
+// "loss" and "loss/<field>" are losses; the rest of a step's values metrics.
+FieldKind kind_of(const std::string& key);
+
+// One delivered step: its index fields, the device values, then the host
+// fields (lr, step_time_s, mem_gb).
+LogRecord step_log_record(const std::string& phase, const StepRecord& r, int64_t epoch,
+                          int64_t index_in_epoch, int64_t steps, std::vector<Field> index_fields);
+
+// An epoch summary: the means of `keys` (in that order), lr (train), then
+// epoch_seconds, steps and peak_memory_gib.
+LogRecord summary_log_record(const std::string& phase, int64_t epoch,
+                             const std::map<std::string, double>& means,
+                             const std::vector<std::string>& keys, std::optional<double> lr,
+                             double seconds, int64_t steps, double peak_memory_gib);
+
+}  // namespace slipstream::aero

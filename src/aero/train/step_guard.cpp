@@ -1,0 +1,81 @@
+#include "aero/train/step_guard.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+namespace slipstream::aero {
+
+namespace {
+constexpr const char* kNonFinite = "control/nonfinite_ranks";
+constexpr const char* kStop = "control/stop";
+}  // namespace
+
+StepGuard::StepGuard(int rank, int world_size, int64_t lag)
+    : rank_(rank), world_(world_size), lag_(lag) {
+  TORCH_CHECK(world_size <= 52, "step guard: the rank bitmask holds 52 ranks, got ", world_size);
+}
+
+void StepGuard::add_controls(StepScalars& scalars, const torch::Tensor& loss,
+                             const std::vector<torch::Tensor>& gradients,
+                             bool stop_requested) const {
+  auto bad = torch::logical_not(torch::isfinite(loss.detach()));
+  std::vector<torch::Tensor> defined;
+  for (const auto& g : gradients) {
+    if (g.defined()) defined.push_back(g);
+  }
+  if (!defined.empty()) {
+    auto norms = torch::stack(at::_foreach_norm(defined));
+    bad = torch::logical_or(bad, torch::logical_not(torch::isfinite(norms.sum())));
+  }
+  // This rank's bit: summed over ranks (exactly, in fp64) into a bitmask.
+  scalars.add(kNonFinite, bad.to(torch::kDouble) * std::ldexp(1.0, rank_));
+  scalars.add(kStop,
+              torch::full({}, stop_requested ? 1.0 : 0.0,
+                          torch::TensorOptions().dtype(torch::kDouble).device(loss.device())));
+}
+
+void StepGuard::observe(StepRecord& r) {
+  double ranks = 0.0, stop = 0.0;
+  NamedValues kept;
+  for (const auto& [key, value] : r.values) {
+    if (key == kNonFinite) {
+      ranks = value;
+    } else if (key == kStop) {
+      stop = value;
+    } else {
+      kept.emplace_back(key, value);
+    }
+  }
+  r.values = std::move(kept);
+  // The readback delivers the all-rank mean: undo it to get the bitmask.
+  const auto mask = static_cast<uint64_t>(std::llround(ranks * world_));
+  if ((mask != 0 || !std::isfinite(ranks)) && nonfinite_.empty()) {
+    std::string who, what;
+    for (int k = 0; k < world_; ++k) {
+      if ((mask >> k) & 1u) who += (who.empty() ? "" : ", ") + std::to_string(k);
+    }
+    for (const auto& [key, value] : r.values) {
+      if ((key == "loss" || key.rfind("loss/", 0) == 0) && !std::isfinite(value)) {
+        what += (what.empty() ? "" : ", ") + key;
+      }
+    }
+    if (what.empty()) what = "the gradients (the loss is finite)";
+    nonfinite_ = "train: step " + std::to_string(r.step) + ": non-finite " + what + " on rank" +
+                 (who.find(',') == std::string::npos ? " " : "s ") + (who.empty() ? "?" : who) +
+                 "; the run stops here and saves no checkpoint holding it";
+    if (!flagged_step_) flagged_step_ = r.step;
+    if (!stop_at_ || r.step + lag_ < *stop_at_) stop_at_ = r.step + lag_;
+  }
+  if (stop > 0 && !stop_requested_) {
+    stop_requested_ = true;
+    if (!flagged_step_) flagged_step_ = r.step;
+    if (!stop_at_ || r.step + lag_ < *stop_at_) stop_at_ = r.step + lag_;
+  }
+}
+
+void StepGuard::throw_if_nonfinite() const {
+  if (!nonfinite_.empty()) throw NonFiniteError(nonfinite_);
+}
+
+}  // namespace slipstream::aero

@@ -1,0 +1,22 @@
+// StopSignals: SIGTERM and SIGINT as a request to stop cleanly. The first
+// one sets a flag that the training loop reads once a step (an atomic load,
+// no system call); the loop then finishes its step, drains the readback,
+// checkpoints and exits with 128 + the signal (143, 130). A second signal
+// exits at once with the same code. Nothing here knows of training.
+#pragma once
+
+namespace slipstream {
+
+class StopSignals {
+ public:
+  // Installs the handlers (idempotent). Call before the first step.
+  static void install();
+  // The first signal received since install() or clear(), or 0.
+  static int requested();
+  // The exit code a stop by `signal` ends the process with: 128 + signal.
+  static int exit_code(int signal) { return 128 + signal; }
+  // Forgets a request (tests).
+  static void clear();
+};
+
+}  // namespace slipstream

@@ -1,0 +1,582 @@
+// Nothing lost, nothing silent: the slipstream executable under faults and
+// bad input, as a user meets them. Each test asserts the exit code, the
+// message and what is left on disk: checkpoints (checksums, another
+// config, all damaged, keep_last, start over), non-finite values, resumes
+// that continue the logs, signals (one and two, through the launcher too),
+// ownership of the run directory, ranks that die, hang or never come, full
+// and read-only disks, and config keys that nothing reads.
+#include "core/distributed/process_group.h"
+#include "core/io/safetensors.h"
+#include "core/sinks/event_file_writer.h"
+#include "support/multiprocess.h"
+#include "support/process.h"
+#include "support/test_support.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+namespace slipstream {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using testing::eventually;
+using testing::Exit;
+using testing::Process;
+using testing::run_slipstream;
+
+// A small, fast run: 6 steps an epoch of a 1-layer model.
+std::vector<std::string> tiny(const std::string& out, std::vector<std::string> extra = {}) {
+  std::vector<std::string> o = {"train",
+                                "model.n_layers=1",
+                                "model.n_hidden=32",
+                                "model.n_head=2",
+                                "model.slice_num=8",
+                                "dataset.num_train=6",
+                                "dataset.num_val=2",
+                                "dataset.points_per_sample=600",
+                                "dataset.sampling_resolution=256",
+                                "training.num_epochs=2",
+                                "output_dir=" + out,
+                                "run_id=r",
+                                "logging.console_every_n_steps=1000",
+                                "device=cpu"};
+  o.insert(o.end(), extra.begin(), extra.end());
+  return o;
+}
+
+// A run slow enough to signal mid-epoch: 400 steps an epoch.
+std::vector<std::string> long_run(const std::string& out, std::vector<std::string> extra = {}) {
+  extra.insert(extra.begin(), "training.steps_per_epoch=400");
+  return tiny(out, extra);
+}
+
+std::vector<nlohmann::json> records(const std::string& path, const std::string& phase) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_discarded() && j.value("phase", "") == phase) out.push_back(j);
+  }
+  return out;
+}
+
+size_t train_steps_logged(const std::string& run) {
+  return records(run + "/metrics.jsonl", "train_step").size();
+}
+
+std::string contents(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Every checkpoint's name and bytes.
+std::map<std::string, std::string> snapshot(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  if (!fs::is_directory(dir)) return out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    out[e.path().filename().string()] = contents(e.path().string());
+  }
+  return out;
+}
+
+// Flips one bit in the middle of a file's tensor data.
+void flip_a_bit(const std::string& path) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(0, std::ios::end);
+  const auto size = static_cast<std::streamoff>(f.tellg());
+  f.seekg(size - 64);
+  char c = 0;
+  f.read(&c, 1);
+  c ^= 0x10;
+  f.seekp(size - 64);
+  f.write(&c, 1);
+}
+
+#define EXPECT_OUTPUT_HAS(exit, text)                                                        \
+  EXPECT_NE((exit).output.find(text), std::string::npos) << "looked for: " << (text) << "\n" \
+                                                         << (exit).output
+
+// --- checkpoints ----------------------------------------------------------
+
+TEST(ReliabilityTest,
+     ResumingWithAnotherModelConfigIsAnErrorThatListsMismatchesAndKeepsCheckpoints) {
+  testing::TempDir dir;
+  ASSERT_EQ(run_slipstream(tiny(dir.path())).code, 0);
+  const auto before = snapshot(dir.path() + "/r/checkpoints");
+  ASSERT_EQ(before.size(), 2u);
+  const Exit e = run_slipstream(tiny(dir.path(), {"model.n_hidden=16", "training.num_epochs=3"}));
+  EXPECT_EQ(e.code, 1) << e.output;
+  EXPECT_OUTPUT_HAS(e, "another config");
+  EXPECT_OUTPUT_HAS(e, "'model.preprocess.layers.0.weight' has shape [64, 10], expected [32, 10]");
+  EXPECT_OUTPUT_HAS(e, "Nothing was loaded or overwritten");
+  EXPECT_EQ(snapshot(dir.path() + "/r/checkpoints"), before);
+}
+
+TEST(ReliabilityTest, ResumingWithAnotherOptimizerIsAnErrorBeforeAnyWeightIsLoaded) {
+  testing::TempDir dir;
+  ASSERT_EQ(run_slipstream(tiny(dir.path())).code, 0);
+  const auto before = snapshot(dir.path() + "/r/checkpoints");
+  const Exit e =
+      run_slipstream(tiny(dir.path(), {"optimizer.name=adamw", "training.num_epochs=3"}));
+  EXPECT_EQ(e.code, 1) << e.output;
+  EXPECT_OUTPUT_HAS(e, "missing 'optim.");
+  EXPECT_OUTPUT_HAS(e, "unexpected 'optim.");
+  EXPECT_EQ(snapshot(dir.path() + "/r/checkpoints"), before);
+  EXPECT_EQ(train_steps_logged(dir.path() + "/r"), 12u);  // nothing trained, nothing logged
+}
+
+TEST(ReliabilityTest, AFlippedBitIsCaughtByItsChecksumAndTheCheckpointBeforeItResumes) {
+  testing::TempDir dir;
+  ASSERT_EQ(run_slipstream(tiny(dir.path())).code, 0);
+  const std::string newest = dir.path() + "/r/checkpoints/checkpoint_epoch_0002.safetensors";
+  flip_a_bit(newest);
+  const Exit e = run_slipstream(tiny(dir.path(), {"training.num_epochs=3"}));
+  EXPECT_EQ(e.code, 0) << e.output;
+  EXPECT_OUTPUT_HAS(e, newest + "' is damaged: tensor");
+  EXPECT_OUTPUT_HAS(e, "checkpoint_epoch_0001.safetensors (1 epochs");
+  // Epochs 2 and 3 were trained again: every step logged once, in order.
+  const auto steps = records(dir.path() + "/r/metrics.jsonl", "train_step");
+  ASSERT_EQ(steps.size(), 18u);
+  for (size_t i = 0; i < steps.size(); ++i) EXPECT_EQ(steps[i]["global_step"], i);
+}
+
+TEST(ReliabilityTest, WhenEveryCheckpointIsDamagedTheRunFailsInsteadOfStartingOver) {
+  testing::TempDir dir;
+  ASSERT_EQ(run_slipstream(tiny(dir.path())).code, 0);
+  for (const auto& e : fs::directory_iterator(dir.path() + "/r/checkpoints")) {
+    flip_a_bit(e.path().string());
+  }
+  const auto before = snapshot(dir.path() + "/r/checkpoints");
+  const Exit e = run_slipstream(tiny(dir.path(), {"training.num_epochs=3"}));
+  EXPECT_EQ(e.code, 1) << e.output;
+  EXPECT_OUTPUT_HAS(e, "every checkpoint in");
+  EXPECT_OUTPUT_HAS(e, "does not start over on its own");
+  EXPECT_EQ(snapshot(dir.path() + "/r/checkpoints"), before);
+}
+
+TEST(ReliabilityTest, AKillDuringACheckpointWriteResumesFromTheNewestCompleteOne) {
+  testing::TempDir dir;
+  ASSERT_EQ(run_slipstream(tiny(dir.path())).code, 0);
+  // What a writer killed mid-write can leave: a temp file, and (from a
+  // non-atomic writer) a truncated file under a final name.
+  const std::string ckpt = dir.path() + "/r/checkpoints/";
+  std::ofstream(ckpt + "checkpoint_epoch_0003.safetensors.tmp") << "partial";
+  fs::copy_file(ckpt + "checkpoint_epoch_0002.safetensors",
+                ckpt + "checkpoint_epoch_0003.safetensors");
+  fs::resize_file(ckpt + "checkpoint_epoch_0003.safetensors", 1000);
+  const Exit e = run_slipstream(tiny(dir.path(), {"training.num_epochs=3"}));
+  EXPECT_EQ(e.code, 0) << e.output;
+  EXPECT_OUTPUT_HAS(e, "checkpoint_epoch_0002.safetensors (2 epochs");
+}
+
+TEST(ReliabilityTest, KeepLastPrunesOlderCheckpointsOnceTheNewOneIsWritten) {
+  testing::TempDir dir;
+  ASSERT_EQ(
+      run_slipstream(tiny(dir.path(), {"training.num_epochs=5", "training.keep_last=2"})).code, 0);
+  std::set<std::string> names;
+  for (const auto& [name, bytes] : snapshot(dir.path() + "/r/checkpoints")) names.insert(name);
+  EXPECT_EQ(names, (std::set<std::string>{"checkpoint_epoch_0004.safetensors",
+                                          "checkpoint_epoch_0005.safetensors"}));
+  const Exit bad = run_slipstream(tiny(dir.path(), {"training.keep_last=1"}));
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_OUTPUT_HAS(bad, "training.keep_last");
+}
+
+TEST(ReliabilityTest, ResumeFalseOnARunWithCheckpointsRefusesUnlessToldToStartOver) {
+  testing::TempDir dir;
+  ASSERT_EQ(run_slipstream(tiny(dir.path())).code, 0);
+  const auto before = snapshot(dir.path() + "/r/checkpoints");
+  const Exit refused = run_slipstream(tiny(dir.path(), {"training.resume=false"}));
+  EXPECT_EQ(refused.code, 1) << refused.output;
+  EXPECT_OUTPUT_HAS(refused, "training.start_over=true");
+  EXPECT_EQ(snapshot(dir.path() + "/r/checkpoints"), before);
+  const Exit over =
+      run_slipstream(tiny(dir.path(), {"training.start_over=true", "training.num_epochs=1"}));
+  EXPECT_EQ(over.code, 0) << over.output;
+  EXPECT_EQ(snapshot(dir.path() + "/r/checkpoints").size(), 1u);  // the old ones are gone
+  EXPECT_EQ(train_steps_logged(dir.path() + "/r"), 6u);           // and so are their logs
+}
+
+// --- non-finite values and bad samples --------------------------------------
+
+TEST(ReliabilityTest, ANonFiniteLossStopsTheRunNamingStepRankAndFieldWithExitCode3) {
+  testing::TempDir dir;
+  const Exit e = run_slipstream(
+      tiny(dir.path(), {"optimizer.name=adamw", "optimizer.lr=1e30", "training.num_epochs=1"}));
+  EXPECT_EQ(e.code, 3) << e.output;
+  EXPECT_OUTPUT_HAS(e, "non-finite");
+  EXPECT_OUTPUT_HAS(e, "on rank 0");
+  EXPECT_NE(e.output.find("train: step "), std::string::npos) << e.output;
+  // No checkpoint holds it.
+  EXPECT_TRUE(snapshot(dir.path() + "/r/checkpoints").empty());
+}
+
+TEST(ReliabilityTest, ASampleWithANaNFieldIsNamedWithItsFileAndFieldAndExits1) {
+  testing::TempDir dir;
+  const std::string data = dir.path() + "/data";
+  ASSERT_EQ(run_slipstream({"make-synthetic", "--out", data, "dataset.num_train=3",
+                            "dataset.num_val=1", "dataset.points_per_sample=400"})
+                .code,
+            0);
+  const std::string victim = data + "/sample_00001.safetensors";
+  auto f = read_safetensors(victim);
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (auto& [name, t] : f.tensors) {
+    auto c = t.clone();
+    if (name == "pressure") c.view(-1)[7] = NAN;
+    tensors.emplace_back(name, c);
+  }
+  write_safetensors(victim, tensors, f.metadata);
+  const Exit e = run_slipstream(tiny(dir.path(), {"dataset.path=" + data}));
+  EXPECT_EQ(e.code, 1) << e.output;
+  EXPECT_OUTPUT_HAS(e, victim);
+  EXPECT_OUTPUT_HAS(e, "'pressure' has non-finite values");
+  EXPECT_TRUE(snapshot(dir.path() + "/r/checkpoints").empty());
+}
+
+TEST(ReliabilityTest, EverySampleHeaderIsCheckedBeforeTheFirstStep) {
+  testing::TempDir dir;
+  const std::string data = dir.path() + "/data";
+  ASSERT_EQ(run_slipstream({"make-synthetic", "--out", data, "dataset.num_train=3",
+                            "dataset.num_val=1", "dataset.points_per_sample=400"})
+                .code,
+            0);
+  // The val sample (read only after a train epoch) lacks its pressure.
+  const std::string victim = data + "/sample_00003.safetensors";
+  auto f = read_safetensors(victim);
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (auto& [name, t] : f.tensors) {
+    if (name != "pressure") tensors.emplace_back(name, t.clone());
+  }
+  write_safetensors(victim, tensors, f.metadata);
+  const Exit e = run_slipstream(tiny(dir.path(), {"dataset.path=" + data}));
+  EXPECT_EQ(e.code, 1) << e.output;
+  EXPECT_OUTPUT_HAS(e, victim);
+  EXPECT_OUTPUT_HAS(e, "'pressure'");
+  EXPECT_EQ(train_steps_logged(dir.path() + "/r"), 0u);
+}
+
+// --- resume continues the logs ----------------------------------------------
+
+TEST(ReliabilityTest, AResumeAfterKillMinus9LogsEveryStepOnceAndContinuesTensorBoard) {
+  testing::TempDir dir;
+  const std::string run = dir.path() + "/r";
+  ASSERT_EQ(run_slipstream(tiny(dir.path())).code, 0);  // epochs 1 and 2: steps 0..11
+  {
+    Process p(testing::slipstream_bin(), long_run(dir.path(), {"training.num_epochs=3"}));
+    ASSERT_TRUE(eventually([&] { return train_steps_logged(run) >= 20; }, 30s)) << p.output();
+    p.signal(SIGKILL);
+    p.wait(10s);
+  }
+  // An extra partial line, as a kill during a write leaves.
+  std::ofstream(run + "/metrics.jsonl", std::ios::app) << R"({"phase": "train_st)";
+  const Exit e = run_slipstream(tiny(dir.path(), {"training.num_epochs=3"}));
+  ASSERT_EQ(e.code, 0) << e.output;
+  const auto steps = records(run + "/metrics.jsonl", "train_step");
+  ASSERT_EQ(steps.size(), 18u);
+  for (size_t i = 0; i < steps.size(); ++i) EXPECT_EQ(steps[i]["global_step"], i);
+  const auto configs = records(run + "/metrics.jsonl", "config");
+  ASSERT_EQ(configs.size(), 3u);
+  EXPECT_EQ(configs.back()["resume"]["global_step"], 12);
+  EXPECT_EQ(records(run + "/metrics.jsonl", "train_summary").size(), 3u);
+  EXPECT_EQ(records(run + "/metrics.jsonl", "val_step").size(), 6u);
+  // Each start has its own event file, later-named; the resumed one starts a
+  // session at the resumed step, train and val.
+  std::vector<std::string> files;
+  for (const auto& f : fs::directory_iterator(run + "/tb/val")) files.push_back(f.path());
+  std::sort(files.begin(), files.end());
+  ASSERT_EQ(files.size(), 3u);
+  const auto last = read_event_file(files.back());
+  ASSERT_GE(last.size(), 2u);
+  EXPECT_TRUE(last[1].session_start);
+  EXPECT_EQ(last[1].step, 4);  // val steps continue: 2 an epoch, 2 epochs before
+  int per_step = 0;
+  for (size_t i = 2; i < last.size(); ++i) {
+    for (const auto& [tag, value] : last[i].scalars) {
+      if (tag.rfind("iteration/", 0) != 0) continue;  // epoch summaries are at the epoch
+      EXPECT_GE(last[i].step, 4) << tag;
+      ++per_step;
+    }
+  }
+  EXPECT_GT(per_step, 0);
+}
+
+TEST(ReliabilityTest, RandomKillsThenResumesGiveTheUninterruptedLossesBitwise) {
+  testing::TempDir a, b;
+  const std::vector<std::string> cfg = {"training.num_epochs=4", "training.steps_per_epoch=30"};
+  ASSERT_EQ(run_slipstream(tiny(a.path(), cfg)).code, 0);
+  const std::string run = b.path() + "/r";
+  for (size_t kill_at : {7u, 45u, 80u}) {
+    Process p(testing::slipstream_bin(), tiny(b.path(), cfg));
+    eventually([&] { return train_steps_logged(run) >= kill_at; }, 30s);
+    p.signal(SIGKILL);
+    p.wait(10s);
+  }
+  ASSERT_EQ(run_slipstream(tiny(b.path(), cfg)).code, 0);
+  const auto want = records(a.path() + "/r/metrics.jsonl", "train_step");
+  const auto got = records(run + "/metrics.jsonl", "train_step");
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i]["global_step"], want[i]["global_step"]);
+    EXPECT_EQ(got[i]["loss"].get<double>(), want[i]["loss"].get<double>()) << "step " << i;
+  }
+}
+
+// --- signals ------------------------------------------------------------------
+
+TEST(ReliabilityTest, SigtermFinishesTheStepCheckpointsMidEpochExits143AndResumesBitwise) {
+  testing::TempDir a, b;
+  const std::vector<std::string> cfg = {"training.num_epochs=2", "training.steps_per_epoch=60"};
+  ASSERT_EQ(run_slipstream(tiny(a.path(), cfg)).code, 0);
+  const std::string run = b.path() + "/r";
+  Process p(testing::slipstream_bin(), tiny(b.path(), cfg));
+  ASSERT_TRUE(eventually([&] { return train_steps_logged(run) >= 70; }, 30s)) << p.output();
+  p.signal(SIGTERM);
+  const Exit stopped = p.wait(30s);
+  EXPECT_EQ(stopped.code, 143) << stopped.output;
+  EXPECT_OUTPUT_HAS(stopped, "stopped by Terminated");
+  bool mid_epoch = false;
+  for (const auto& [name, bytes] : snapshot(run + "/checkpoints")) {
+    mid_epoch |= name.find("checkpoint_epoch_0001_step_") == 0;
+  }
+  EXPECT_TRUE(mid_epoch) << stopped.output;
+  const Exit resumed = run_slipstream(tiny(b.path(), cfg));
+  EXPECT_EQ(resumed.code, 0) << resumed.output;
+  const auto want = records(a.path() + "/r/metrics.jsonl", "train_step");
+  const auto got = records(run + "/metrics.jsonl", "train_step");
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i]["loss"].get<double>(), want[i]["loss"].get<double>()) << "step " << i;
+  }
+  // The epoch summary covers the whole epoch, before and after the stop.
+  const auto sa = records(a.path() + "/r/metrics.jsonl", "train_summary");
+  const auto sb = records(run + "/metrics.jsonl", "train_summary");
+  ASSERT_EQ(sb.size(), sa.size());
+  EXPECT_EQ(sb.back()["loss"].get<double>(), sa.back()["loss"].get<double>());
+}
+
+TEST(ReliabilityTest, SigintStopsCleanlyWithExitCode130) {
+  testing::TempDir dir;
+  Process p(testing::slipstream_bin(), long_run(dir.path()));
+  ASSERT_TRUE(eventually([&] { return train_steps_logged(dir.path() + "/r") >= 3; }, 30s));
+  p.signal(SIGINT);
+  const Exit e = p.wait(30s);
+  EXPECT_EQ(e.code, 130) << e.output;
+  EXPECT_FALSE(snapshot(dir.path() + "/r/checkpoints").empty());
+}
+
+TEST(ReliabilityTest, ASecondSignalExitsAtOnce) {
+  testing::TempDir dir;
+  Process p(testing::slipstream_bin(), long_run(dir.path()));
+  ASSERT_TRUE(eventually([&] { return train_steps_logged(dir.path() + "/r") >= 3; }, 30s));
+  p.signal(SIGTERM);
+  // Two signals sent at once arrive as one: the second comes once the first is seen.
+  ASSERT_TRUE(
+      eventually([&] { return p.output().find("SIGTERM: finishing") != std::string::npos; }, 10s));
+  p.signal(SIGTERM);
+  const Exit e = p.wait(10s);
+  EXPECT_EQ(e.code, 143) << e.output;
+  EXPECT_OUTPUT_HAS(e, "second signal: exiting now");
+}
+
+TEST(ReliabilityTest, TheLauncherForwardsSigtermAndEveryRankCheckpointsAndExits143) {
+  if (!has_gloo_backend()) GTEST_SKIP() << "no Gloo in this build";
+  testing::TempDir dir;
+  const std::string port = std::to_string(testing::free_port());
+  auto args = long_run(dir.path());
+  args.insert(args.begin(), {"launch", "--nproc", "2", "--port", port, "--"});
+  Process launcher(testing::slipstream_bin(), args);
+  ASSERT_TRUE(eventually([&] { return train_steps_logged(dir.path() + "/r") >= 3; }, 40s))
+      << launcher.output();
+  const auto ranks = testing::children_of(launcher.pid());
+  EXPECT_EQ(ranks.size(), 2u);
+  launcher.signal(SIGTERM);
+  const Exit e = launcher.wait(40s);
+  EXPECT_EQ(e.code, 143) << e.output;
+  EXPECT_FALSE(snapshot(dir.path() + "/r/checkpoints").empty());
+  for (pid_t r : ranks) EXPECT_FALSE(testing::alive(r)) << "rank pid " << r;
+}
+
+TEST(ReliabilityTest, KillingTheLauncherWithSigkillLeavesNoOrphanedRanks) {
+  if (!has_gloo_backend()) GTEST_SKIP() << "no Gloo in this build";
+  testing::TempDir dir;
+  const std::string port = std::to_string(testing::free_port());
+  auto args = long_run(dir.path());
+  args.insert(args.begin(), {"launch", "--nproc", "2", "--port", port, "--"});
+  Process launcher(testing::slipstream_bin(), args);
+  ASSERT_TRUE(eventually([&] { return testing::children_of(launcher.pid()).size() == 2; }, 20s));
+  const auto ranks = testing::children_of(launcher.pid());
+  launcher.signal(SIGKILL);
+  launcher.wait(10s);
+  EXPECT_TRUE(eventually(
+      [&] {
+        for (pid_t r : ranks) {
+          if (testing::alive(r)) return false;
+        }
+        return true;
+      },
+      10s));
+}
+
+// --- ranks -------------------------------------------------------------------
+
+TEST(ReliabilityTest, ARankKilledMidRunIsNamedByTheLauncherAndTheOthers) {
+  if (!has_gloo_backend()) GTEST_SKIP() << "no Gloo in this build";
+  testing::TempDir dir;
+  const std::string port = std::to_string(testing::free_port());
+  auto args = long_run(dir.path(), {"distributed.timeout_s=10"});
+  args.insert(args.begin(), {"launch", "--nproc", "2", "--port", port, "--"});
+  Process launcher(testing::slipstream_bin(), args);
+  ASSERT_TRUE(eventually([&] { return train_steps_logged(dir.path() + "/r") >= 3; }, 40s));
+  pid_t rank1 = -1;
+  for (pid_t r : testing::children_of(launcher.pid())) {
+    if (contents("/proc/" + std::to_string(r) + "/environ").find(std::string("RANK=1") + '\0') !=
+        std::string::npos) {
+      rank1 = r;
+    }
+  }
+  ASSERT_GT(rank1, 0);
+  kill(rank1, SIGKILL);
+  const Exit e = launcher.wait(40s);
+  EXPECT_NE(e.code, 0);
+  EXPECT_OUTPUT_HAS(e, "launch: rank 1 was killed by signal 9");
+}
+
+TEST(ReliabilityTest, AHungRankIsBlamedInsteadOfTheHealthyRankThatTimedOut) {
+  if (!has_gloo_backend()) GTEST_SKIP() << "no Gloo in this build";
+  testing::TempDir dir;
+  const std::string port = std::to_string(testing::free_port());
+  auto args = long_run(dir.path(), {"distributed.timeout_s=4"});
+  args.insert(args.begin(), {"launch", "--nproc", "2", "--port", port, "--"});
+  Process launcher(testing::slipstream_bin(), args);
+  ASSERT_TRUE(eventually([&] { return train_steps_logged(dir.path() + "/r") >= 3; }, 40s));
+  for (pid_t r : testing::children_of(launcher.pid())) {
+    if (contents("/proc/" + std::to_string(r) + "/environ").find(std::string("RANK=1") + '\0') !=
+        std::string::npos) {
+      kill(r, SIGSTOP);  // alive, but it never answers again
+    }
+  }
+  const Exit e = launcher.wait(50s);
+  EXPECT_NE(e.code, 0) << e.output;
+  EXPECT_OUTPUT_HAS(e, "launch: rank 1 caused the failure");
+  EXPECT_OUTPUT_HAS(e, "rank 1 stopped responding");
+}
+
+TEST(ReliabilityTest, AMissingPeerTimesOutOnceNamingTheRankAndTheAddress) {
+  testing::TempDir dir;
+  const std::string port = std::to_string(testing::free_port());
+  const auto t0 = std::chrono::steady_clock::now();
+  const Exit e =
+      run_slipstream(tiny(dir.path(), {"distributed.timeout_s=3"}), 60s,
+                     {"WORLD_SIZE=2", "RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port});
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(e.code, 1) << e.output;
+  EXPECT_OUTPUT_HAS(
+      e, "rank(s) 1 of 2 did not join the rendezvous at 127.0.0.1:" + port + " within 3 s");
+  EXPECT_LT(seconds, 3 * 2 - 0.5) << "waited for the timeout twice";
+}
+
+// --- ownership of the run directory -------------------------------------------
+
+TEST(ReliabilityTest, ARunIdThatLeavesTheOutputDirIsRejected) {
+  testing::TempDir dir;
+  const std::string out = dir.path() + "/runs";
+  for (const std::string id : {"..", ".", "a/b", "../escape"}) {
+    auto args = tiny(out);
+    args.push_back("run_id=" + id);
+    const Exit e = run_slipstream(args);
+    EXPECT_EQ(e.code, 1) << id << ": " << e.output;
+    EXPECT_OUTPUT_HAS(e, "must be a plain name");
+  }
+  EXPECT_FALSE(fs::exists(dir.path() + "/metrics.jsonl"));
+  EXPECT_FALSE(fs::exists(dir.path() + "/escape"));
+}
+
+TEST(ReliabilityTest, ASecondRunWithTheSameRunIdIsRefusedNamingTheHoldersPid) {
+  testing::TempDir dir;
+  Process first(testing::slipstream_bin(), long_run(dir.path()));
+  ASSERT_TRUE(eventually([&] { return train_steps_logged(dir.path() + "/r") >= 1; }, 30s));
+  const Exit second = run_slipstream(tiny(dir.path()));
+  EXPECT_EQ(second.code, 1) << second.output;
+  EXPECT_OUTPUT_HAS(second, "in use by another run (pid " + std::to_string(first.pid()));
+  EXPECT_TRUE(first.running());  // untouched by the refused one
+}
+
+// A tmpfs mounted at `path` (root only); false where mounting is not allowed.
+bool mount_tmpfs(const std::string& path, const std::string& options) {
+  fs::create_directories(path);
+  return mount("tmpfs", path.c_str(), "tmpfs", 0, options.c_str()) == 0;
+}
+
+TEST(ReliabilityTest, AFullDiskUnderCheckpointsIsFoundBeforeTheFirstStep) {
+  testing::TempDir dir;
+  const std::string ckpt = dir.path() + "/r/checkpoints";
+  if (!mount_tmpfs(ckpt, "size=4k")) GTEST_SKIP() << "cannot mount a tmpfs here";
+  {
+    std::ofstream fill(ckpt + "/fill", std::ios::binary);
+    const std::string block(4096, 'x');
+    for (int i = 0; i < 4 && fill; ++i) fill << block;
+  }
+  const Exit e = run_slipstream(tiny(dir.path()));
+  umount(ckpt.c_str());
+  EXPECT_EQ(e.code, 1) << e.output;
+  EXPECT_OUTPUT_HAS(e, "found before the first step");
+  EXPECT_OUTPUT_HAS(e, "No space left on device");
+  EXPECT_EQ(train_steps_logged(dir.path() + "/r"), 0u);
+}
+
+TEST(ReliabilityTest, AReadOnlyOutputDirIsAClearErrorBeforeAnyWork) {
+  testing::TempDir dir;
+  const std::string out = dir.path() + "/ro";
+  if (!mount_tmpfs(out, "size=64k")) GTEST_SKIP() << "cannot mount a tmpfs here";
+  mount("tmpfs", out.c_str(), "tmpfs", MS_REMOUNT | MS_RDONLY, "size=64k");
+  const Exit e = run_slipstream(tiny(out));
+  umount(out.c_str());
+  EXPECT_EQ(e.code, 1) << e.output;
+  EXPECT_OUTPUT_HAS(e, "Read-only file system");
+}
+
+// --- config ----------------------------------------------------------------------
+
+TEST(ReliabilityTest, AnUnknownKeyInsideAYamlFileIsAnErrorNamingTheKeyAndTheFile) {
+  testing::TempDir dir;
+  const std::string configs = dir.path() + "/configs";
+  fs::copy(std::string(SLIPSTREAM_SOURCE_DIR) + "/configs", configs, fs::copy_options::recursive);
+  std::ofstream(configs + "/train.yaml", std::ios::app) << "\nlogging_every: 3\n";
+  {
+    std::ofstream model(configs + "/model/transolver_small.yaml", std::ios::app);
+    model << "n_hiden: 48\n";
+  }
+  auto args = tiny(dir.path());
+  args.insert(args.begin(), {"--config-dir", configs});
+  const Exit e = run_slipstream(args);
+  EXPECT_EQ(e.code, 1) << e.output;
+  EXPECT_OUTPUT_HAS(e, "'logging_every' in " + configs + "/train.yaml");
+  EXPECT_OUTPUT_HAS(e, "'model.n_hiden' in " + configs + "/model/transolver_small.yaml");
+  EXPECT_OUTPUT_HAS(e, "closest known key: 'model.n_hidden'");
+  EXPECT_FALSE(fs::exists(dir.path() + "/r"));
+}
+
+TEST(ReliabilityTest, AnUnknownTargetFieldIsNamedAsSuch) {
+  testing::TempDir dir;
+  const Exit e = run_slipstream(
+      tiny(dir.path(), {"dataset.targets={velocity: vector, vorticity: vector}",
+                        "dataset.nondim={velocity: velocity}", "dataset.normalization={}"}));
+  EXPECT_EQ(e.code, 1) << e.output;
+  EXPECT_OUTPUT_HAS(e, "target 'vorticity' (dataset.targets) is not a field of the samples");
+  EXPECT_FALSE(fs::exists(dir.path() + "/r"));
+}
+
+}  // namespace
+}  // namespace slipstream
