@@ -8,6 +8,7 @@
 #   fused      the fused kernels against the plain path, per-kernel timings,
 #              and bench with them on and off (FUSED_ALSO_PLAIN= leaves the plain bench out)
 #   audit      slipstream train --audit-syncs: synchronizing calls per steady step
+#   geo        GeoTransolver volume: bench (plain path) at 200k points, and its sync audit
 #   train      3 epochs of the volume config, then TensorBoard's own reader on the logs
 #   profile    bench --profile: device time per kernel (and the operators behind them)
 #   multi      2 GPUs: NCCL tests, bench on 1 and 2 GPUs, a 2-rank training
@@ -95,6 +96,22 @@ stage_audit() {
   $BIN train --audit-syncs model=transolver_volume dataset=synthetic_volume training.num_epochs=1 \
     training.steps_per_epoch=30 training.validate=false run_id=audit 2>&1 \
     | grep -E "Sync audit|error" | tee -a "$OUT/summary.txt"
+}
+
+stage_geo() {
+  for points in ${GEO_POINTS:-200000}; do
+    log "geo: bench, geotransolver_volume, $points points, AdamW, plain GALE"
+    bench --rounds 1 --steps 5 --warmup 3 --policies async model=geotransolver_volume \
+      optimizer.name=adamw dataset.sampling_resolution=$points run_id=geo-$points
+  done
+  log "geo: bench, geotransolver_volume, Muon + AdamW"
+  bench --rounds 1 --steps 5 --warmup 3 --policies async model=geotransolver_volume run_id=geo-muon
+  log "geo: audit, geotransolver_volume, 12 steps"
+  $BIN train --audit-syncs model=geotransolver_volume dataset=synthetic_volume \
+    training.num_epochs=1 training.steps_per_epoch=12 training.validate=false run_id=geo-audit 2>&1 \
+    | grep -E "Sync audit|error" | tee -a "$OUT/summary.txt"
+  log "geo: the ball query alone, 200k points, the volume config's six scales"
+  build-gpu/bench/ball_query_bench 200000 2>&1 | tee -a "$OUT/summary.txt"
 }
 
 stage_train() {

@@ -40,6 +40,13 @@ TEST(CliTest, InfoPrintsTheVolumeParameterCount) {
   EXPECT_NE(r.output.find("parameters: 8964709"), std::string::npos) << r.output;
 }
 
+TEST(CliTest, InfoPrintsTheGeoTransolverVolumeParameterCount) {
+  const auto r = slipstream("info model=geotransolver_volume");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("parameters: 27574449"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("model: GeoTransolver"), std::string::npos) << r.output;
+}
+
 TEST(CliTest, ConfigTypoFailsNamingTheKeyBeforeAnyWork) {
   testing::TempDir dir;
   const auto r = slipstream("train output_dir=" + dir.path() + " run_id=x training.nm_epochs=2");

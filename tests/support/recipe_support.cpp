@@ -1,6 +1,12 @@
 #include "support/recipe_support.h"
 
 #include "aero/data/synthetic.h"
+#include "support/test_support.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
 
 namespace slipstream::testing {
 
@@ -17,6 +23,32 @@ aero::Sample synthetic_sample(int64_t index, int64_t points) {
 
 aero::Config load_config(const std::vector<std::string>& overrides) {
   return aero::Config::load(std::string(SLIPSTREAM_SOURCE_DIR) + "/configs", overrides);
+}
+
+void expect_parameters_as_listed(const torch::nn::Module& model, const std::string& fixture) {
+  std::ifstream in(fixtures_dir() + "/" + fixture);
+  ASSERT_TRUE(in.good()) << "missing fixture " << fixture;
+  std::vector<std::string> ours;
+  int64_t total = 0;
+  for (const auto& p : model.named_parameters()) {
+    std::ostringstream line;
+    line << p.key() << " [";
+    for (int64_t i = 0; i < p.value().dim(); ++i) line << (i ? ", " : "") << p.value().size(i);
+    line << "]";
+    ours.push_back(line.str());
+    total += p.value().numel();
+  }
+  size_t i = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("total ", 0) == 0) {
+      EXPECT_EQ(std::stoll(line.substr(6)), total) << fixture;
+      continue;
+    }
+    ASSERT_LT(i, ours.size()) << fixture << " lists more parameters; next: " << line;
+    EXPECT_EQ(ours[i], line) << fixture << " line " << i + 1;
+    ++i;
+  }
+  EXPECT_EQ(i, ours.size()) << "the model has parameters " << fixture << " does not list";
 }
 
 }  // namespace slipstream::testing

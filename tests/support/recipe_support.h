@@ -6,6 +6,8 @@
 #include "aero/data/input_spec.h"
 #include "aero/data/sample.h"
 
+#include <torch/nn/module.h>
+
 #include <string>
 #include <vector>
 
@@ -19,5 +21,10 @@ aero::Sample synthetic_sample(int64_t index, int64_t points);
 
 // configs/ of the source tree, loaded with `overrides`.
 aero::Config load_config(const std::vector<std::string>& overrides);
+
+// Compares a model's parameters with a fixture's list ("name [d0, d1]" per
+// line, in PhysicsNeMo's order, then "total N"): line by line, names,
+// shapes, order and the total. Adds a gtest failure per difference.
+void expect_parameters_as_listed(const torch::nn::Module& model, const std::string& fixture);
 
 }  // namespace slipstream::testing

@@ -120,9 +120,18 @@ std::map<std::string, torch::Tensor> InputSpec::assemble(
     const std::map<std::string, torch::Tensor>& point,
     const std::map<std::string, torch::Tensor>& global) const {
   std::map<std::string, torch::Tensor> out;
+  // Inputs with the same sources are one tensor (a model may tell them apart
+  // by identity, e.g. one neighbour search for geometry and positions).
+  std::map<std::vector<std::string>, std::string> by_sources;
   // Point and single-global inputs first, then the broadcasts that need them.
   for (const auto& [name, src] : inputs_) {
     if (!src.expand_like.empty()) continue;
+    auto same = by_sources.find(src.names);
+    if (same != by_sources.end()) {
+      out[name] = out.at(same->second);
+      continue;
+    }
+    by_sources[src.names] = name;
     if (src.names.size() == 1 && !point.count(src.names[0])) {
       auto g = global.find(src.names[0]);
       TORCH_CHECK(g != global.end(), "inputs: '", name, "': no tensor '", src.names[0], "'");

@@ -46,7 +46,8 @@ class InputSpec {
   // The width (last dimension) of each input for samples of this layout.
   std::map<std::string, int64_t> widths(const SampleLayout& layout) const;
   // Builds every input from transformed host tensors: `point` (N, C) and
-  // `global` tensors by name. Inputs are (1, N, C) or (1, 1, C), contiguous.
+  // `global` tensors by name. Inputs are (1, N, C) or (1, 1, C), contiguous;
+  // inputs with the same sources are the same tensor.
   std::map<std::string, torch::Tensor> assemble(
       const std::map<std::string, torch::Tensor>& point,
       const std::map<std::string, torch::Tensor>& global) const;

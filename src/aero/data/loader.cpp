@@ -9,6 +9,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <set>
 
 namespace slipstream::aero {
 
@@ -58,6 +59,13 @@ Batch make_host_batch(const Sample& s, const LoaderOptions& o, uint64_t generato
     point[o.weight_field] = take(s.point(o.weight_field));
   }
   if (t.center) point["points"] = point["points"] - s.point("points").mean(0, true);
+  if (t.scale_by_L_ref) {
+    const double l_ref = s.global_scalar("L_ref", std::nan(""));
+    TORCH_CHECK(std::isfinite(l_ref) && l_ref > 0, "loader: sample ", s.id,
+                " needs a positive global 'L_ref' to scale its lengths by (", l_ref, ")");
+    point["points"] = point["points"] / l_ref;
+    if (point.count("sdf")) point["sdf"] = point["sdf"] / l_ref;
+  }
   if (o.augment) augment(point, global, t, o.fields, gen);
   const FreeStream free_stream = s.free_stream();
   std::vector<torch::Tensor> targets;
@@ -144,7 +152,13 @@ void PrefetchLoader::run() {
         auto to_device = [&](const torch::Tensor& t) {
           return t.defined() ? t.pin_memory().to(device, /*non_blocking=*/true) : t;
         };
-        for (const auto& [name, t] : host.inputs) item.batch.inputs[name] = to_device(t);
+        // One copy per host tensor: inputs that share one stay shared.
+        std::map<const void*, torch::Tensor> copied;
+        for (const auto& [name, t] : host.inputs) {
+          auto& d = copied[t.unsafeGetTensorImpl()];
+          if (!d.defined()) d = to_device(t);
+          item.batch.inputs[name] = d;
+        }
         item.batch.target = to_device(host.target);
         item.batch.weights = to_device(host.weights);
         item.batch.sample_index = host.sample_index;
@@ -184,7 +198,10 @@ Batch PrefetchLoader::next() {
     const auto* impl = c10::impl::getDeviceGuardImpl(options_.device.type());
     const c10::Stream current = impl->getStream(options_.device);
     item.ready->block(current);  // the device waits, the host does not
-    for (auto& [name, t] : item.batch.inputs) t.record_stream(current);
+    std::set<const void*> recorded;
+    for (auto& [name, t] : item.batch.inputs) {
+      if (recorded.insert(t.unsafeGetTensorImpl()).second) t.record_stream(current);
+    }
     for (auto* t : {&item.batch.target, &item.batch.weights}) {
       if (t->defined()) t->record_stream(current);
     }

@@ -1,5 +1,7 @@
 #include "aero/model/fused_physics_attention.h"
 
+#include "aero/model/numerics.h"
+
 #include <torch/autograd.h>
 #include <torch/torch.h>
 #include <torch/version.h>
@@ -102,13 +104,7 @@ class SliceAttentionFunction : public torch::autograd::Function<SliceAttentionFu
 
 at::Tensor slice_token_attention(const at::Tensor& tokens, const at::Tensor& qkv_weight) {
   auto qkv = torch::linear(tokens, qkv_weight).chunk(3, -1);
-#if TORCH_VERSION_MAJOR >= 2
-  return at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2]);
-#else
-  const double scale = 1.0 / std::sqrt(static_cast<double>(tokens.size(-1)));
-  auto attn = torch::softmax(torch::matmul(qkv[0], qkv[1].transpose(-2, -1)) * scale, -1);
-  return torch::matmul(attn, qkv[2]);
-#endif
+  return dot_product_attention(qkv[0], qkv[1], qkv[2]);
 }
 
 at::Tensor fused_physics_attention(const at::Tensor& x_mid, const at::Tensor& fx_mid,

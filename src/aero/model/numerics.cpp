@@ -1,6 +1,9 @@
 #include "aero/model/numerics.h"
 
 #include <ATen/ATen.h>
+#include <torch/version.h>
+
+#include <cmath>
 
 #ifdef SLIPSTREAM_WITH_CUDA
 #include <ATen/autocast_mode.h>
@@ -34,6 +37,16 @@ at::Tensor layer_norm_in_autocast_dtype(const at::Tensor& x, at::IntArrayRef sha
   }
 #endif
   return at::layer_norm(x, shape, weight, bias, eps);
+}
+
+at::Tensor dot_product_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::scaled_dot_product_attention(q, k, v);
+#else
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  auto attn = at::softmax(at::matmul(q, k.transpose(-2, -1)) * scale, -1);
+  return at::matmul(attn, v);
+#endif
 }
 
 }  // namespace slipstream::aero

@@ -24,4 +24,9 @@ at::Tensor layer_norm_in_autocast_dtype(const at::Tensor& x, at::IntArrayRef sha
                                         const at::Tensor& weight, const at::Tensor& bias,
                                         double eps);
 
+// softmax(q k^T / sqrt(D)) v over the last two dims, D = q.size(-1):
+// LibTorch's scaled_dot_product_attention where it has one (2.x), else the
+// same in matmuls.
+at::Tensor dot_product_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+
 }  // namespace slipstream::aero

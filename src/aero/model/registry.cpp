@@ -1,5 +1,6 @@
 #include "aero/model/registry.h"
 
+#include "aero/model/geotransolver.h"
 #include "aero/model/transolver.h"
 
 #include <c10/util/Exception.h>
@@ -36,6 +37,47 @@ ModelPtr build_transolver(const Config& c, const ModelShape& shape) {
   return Transolver(m).ptr();
 }
 
+ModelPtr build_geotransolver(const Config& c, const ModelShape& shape) {
+  GeoTransolverOptions m;
+  m.functional_dim = shape.input_widths.at("local_embedding");
+  m.geometry_dim = shape.input_widths.at("geometry");
+  m.global_dim = shape.input_widths.at("global_embedding");
+  TORCH_CHECK(shape.input_widths.at("local_positions") == 3,
+              "config: 'model.inputs.local_positions' must be 3-D points, got width ",
+              shape.input_widths.at("local_positions"));
+  m.out_dim = shape.out_dim;
+  m.n_layers = c.get<int64_t>("model.n_layers");
+  m.n_hidden = c.get<int64_t>("model.n_hidden");
+  m.n_head = c.get<int64_t>("model.n_head");
+  m.slice_num = c.get<int64_t>("model.slice_num");
+  m.mlp_ratio = c.get<int64_t>("model.mlp_ratio");
+  m.include_local_features = c.get<bool>("model.include_local_features");
+  m.radii = c.get<std::vector<double>>("model.radii");
+  m.neighbors_in_radius.clear();
+  for (double k : c.get<std::vector<double>>("model.neighbors_in_radius")) {
+    TORCH_CHECK(k >= 1 && k == static_cast<double>(static_cast<int64_t>(k)),
+                "config: 'model.neighbors_in_radius' must hold positive integers, got ", k);
+    m.neighbors_in_radius.push_back(static_cast<int64_t>(k));
+  }
+  m.n_hidden_local = c.get<int64_t>("model.n_hidden_local");
+  m.state_mixing_mode = c.get<std::string>("model.state_mixing_mode");
+  m.bf16_layer_norm = c.get<bool>("model.bf16_layer_norm");
+  for (const char* k : {"model.n_layers", "model.n_hidden", "model.n_head", "model.slice_num",
+                        "model.mlp_ratio", "model.n_hidden_local"}) {
+    check_positive(k, c.get<int64_t>(k));
+  }
+  TORCH_CHECK(m.n_hidden % m.n_head == 0, "config: 'model.n_hidden' (", m.n_hidden,
+              ") must be divisible by 'model.n_head' (", m.n_head, ")");
+  TORCH_CHECK(m.radii.size() == m.neighbors_in_radius.size(), "config: 'model.radii' has ",
+              m.radii.size(), " entries but 'model.neighbors_in_radius' has ",
+              m.neighbors_in_radius.size());
+  for (double r : m.radii) TORCH_CHECK(r > 0, "config: 'model.radii' must be > 0, got ", r);
+  TORCH_CHECK(m.state_mixing_mode == "weighted" || m.state_mixing_mode == "concat_project",
+              "config: 'model.state_mixing_mode' is '", m.state_mixing_mode,
+              "', expected one of: weighted, concat_project");
+  return GeoTransolver(m).ptr();
+}
+
 struct Family {
   const char* name;
   std::vector<std::string> inputs;
@@ -45,6 +87,9 @@ struct Family {
 const std::vector<Family>& families() {
   static const std::vector<Family> all = {
       {"transolver", {"embedding", "fx"}, build_transolver},
+      {"geotransolver",
+       {"global_embedding", "geometry", "local_embedding", "local_positions"},
+       build_geotransolver},
   };
   return all;
 }

@@ -22,13 +22,20 @@ void trunc_normal_(torch::Tensor t, double std, double a, double b) {
   t.clamp_(a, b);
 }
 
-MlpImpl::MlpImpl(int64_t in, int64_t hidden, int64_t out) {
-  layers = register_module("layers",
-                           torch::nn::Sequential(torch::nn::Linear(in, hidden), torch::nn::GELU(),
-                                                 torch::nn::Linear(hidden, out)));
-}
+MlpImpl::MlpImpl(int64_t in, int64_t hidden, int64_t out)
+    : MlpImpl(in, std::vector<int64_t>{hidden}, out) {}
 
-namespace {
+MlpImpl::MlpImpl(int64_t in, const std::vector<int64_t>& hidden, int64_t out) {
+  torch::nn::Sequential seq;
+  int64_t width = in;
+  for (int64_t h : hidden) {
+    seq->push_back(torch::nn::Linear(width, h));
+    seq->push_back(torch::nn::GELU());
+    width = h;
+  }
+  seq->push_back(torch::nn::Linear(width, out));
+  layers = register_module("layers", seq);
+}
 
 // aero::linear (linear.h) rather than the C++ frontend's Linear::forward:
 // for inputs of more than two dimensions the latter runs matmul and then
@@ -38,12 +45,21 @@ torch::Tensor linear(const torch::nn::LinearImpl& l, const torch::Tensor& x) {
   return aero::linear(x, l.weight, l.bias);
 }
 
-}  // namespace
+torch::Tensor layer_norm(const torch::nn::LayerNormImpl& ln, const torch::Tensor& x,
+                         bool bf16_layer_norm) {
+  const auto& o = ln.options;
+  if (bf16_layer_norm)
+    return fused_layer_norm(x, o.normalized_shape(), ln.weight, ln.bias, o.eps());
+  return torch::layer_norm(x, o.normalized_shape(), ln.weight, ln.bias, o.eps());
+}
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  const auto& first = layers[0]->as<torch::nn::Linear>();
-  const auto& second = layers[2]->as<torch::nn::Linear>();
-  return linear(*second, torch::gelu(linear(*first, x)));
+  torch::Tensor y = x;
+  for (size_t i = 0; i < layers->size(); i += 2) {
+    y = linear(*layers[i]->as<torch::nn::Linear>(), y);
+    if (i + 1 < layers->size()) y = torch::gelu(y);
+  }
+  return y;
 }
 
 PhysicsAttentionImpl::PhysicsAttentionImpl(const TransolverOptions& o)
@@ -113,11 +129,7 @@ TransolverBlockImpl::TransolverBlockImpl(const TransolverOptions& o, bool last)
 
 torch::Tensor TransolverBlockImpl::forward(const torch::Tensor& x_in) {
   const auto norm = [&](const torch::nn::LayerNormImpl& ln, const torch::Tensor& x) {
-    const auto& o = ln.options;
-    if (bf16_layer_norm) {
-      return fused_layer_norm(x, o.normalized_shape(), ln.weight, ln.bias, o.eps());
-    }
-    return torch::layer_norm(x, o.normalized_shape(), ln.weight, ln.bias, o.eps());
+    return layer_norm(ln, x, bf16_layer_norm);
   };
   auto x = Attn->forward(norm(*ln_1, x_in)) + x_in;
   x = ln_mlp1[1]->as<Mlp>()->forward(norm(*ln_mlp1[0]->as<torch::nn::LayerNorm>(), x)) + x;

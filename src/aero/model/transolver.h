@@ -55,10 +55,12 @@ struct TransolverOptions {
   bool bf16_layer_norm = true;
 };
 
-// Linear, GELU, Linear, registered as "layers" (PhysicsNeMo's MLP).
+// Linear, GELU, Linear (or more hidden layers, each followed by GELU),
+// registered as "layers" (PhysicsNeMo's MLP: layers.0, layers.2, ...).
 class MlpImpl : public torch::nn::Module {
  public:
   MlpImpl(int64_t in, int64_t hidden, int64_t out);
+  MlpImpl(int64_t in, const std::vector<int64_t>& hidden, int64_t out);
   torch::Tensor forward(const torch::Tensor& x);
   torch::nn::Sequential layers{nullptr};
 };
@@ -119,6 +121,13 @@ class TransolverImpl : public Model {
   TransolverOptions options_;
 };
 TORCH_MODULE(Transolver);
+
+// A Linear layer through aero::linear (one autograd function, the bias in
+// the GEMM), and a LayerNorm in bf16 under autocast when `bf16_layer_norm`
+// (fused_layer_norm.h): the two ways every model here applies them.
+torch::Tensor linear(const torch::nn::LinearImpl& l, const torch::Tensor& x);
+torch::Tensor layer_norm(const torch::nn::LayerNormImpl& ln, const torch::Tensor& x,
+                         bool bf16_layer_norm);
 
 // Fills `t` from a normal(0, std) truncated to [a, b] (absolute bounds), by
 // the inverse CDF, as torch.nn.init.trunc_normal_ does.

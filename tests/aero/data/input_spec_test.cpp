@@ -40,6 +40,10 @@ TEST(InputSpecTest, VolumeAndGeometryInputsHaveTheirShapesAndWidths) {
   EXPECT_TRUE(torch::equal(in.at("fx")[0][49], s.global("U_inf")));
   EXPECT_EQ(in.at("global_embedding").sizes(), (std::vector<int64_t>{1, 1, 3}));
   EXPECT_TRUE(in.at("fx").is_contiguous());
+  // The same sources make one tensor.
+  const InputSpec twice = parse("{geometry: points, local_positions: points}");
+  const auto both = twice.assemble(s.point_data, s.global_data);
+  EXPECT_TRUE(both.at("geometry").is_same(both.at("local_positions")));
 }
 
 TEST(InputSpecTest, BadSpecsAndMissingTensorsNameTheInput) {

@@ -2,6 +2,7 @@
 // and the fixture's forward output and every gradient (fp32, CPU).
 #include "aero/model/transolver.h"
 #include "core/io/safetensors.h"
+#include "support/recipe_support.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
@@ -19,31 +20,9 @@ TEST(TransolverTest, VolumeConfigHas8964709Parameters) {
   EXPECT_EQ(model->parameter_count(), 8964709);
 }
 
-TEST(TransolverTest, ParameterNamesAndShapesMatchPhysicsNeMo) {
-  std::ifstream in(testing::fixtures_dir() + "/transolver_volume_params.txt");
-  ASSERT_TRUE(in.good()) << "missing fixture transolver_volume_params.txt";
+TEST(TransolverTest, ParameterNamesAndShapesMatchPhysicsNeMoLineByLine) {
   Transolver model(TransolverOptions{});
-  std::map<std::string, std::string> ours;
-  for (const auto& p : model->named_parameters()) {
-    std::ostringstream shape;
-    shape << "[";
-    for (int64_t i = 0; i < p.value().dim(); ++i) shape << (i ? ", " : "") << p.value().size(i);
-    shape << "]";
-    ours[p.key()] = shape.str();
-  }
-  size_t listed = 0;
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("total ", 0) == 0) {
-      EXPECT_EQ(std::stoll(line.substr(6)), model->parameter_count());
-      continue;
-    }
-    const auto space = line.find(' ');
-    const std::string name = line.substr(0, space);
-    ASSERT_TRUE(ours.count(name)) << name;
-    EXPECT_EQ(ours[name], line.substr(space + 1)) << name;
-    ++listed;
-  }
-  EXPECT_EQ(listed, ours.size());
+  testing::expect_parameters_as_listed(*model, "transolver_volume_params.txt");
 }
 
 TransolverOptions small_options(const SafetensorsFile& f) {

@@ -133,6 +133,24 @@ TEST(TrainerTest, LogsEveryStepOnceInOrderAndResumes) {
   }
 }
 
+TEST(TrainerTest, GeoTransolverTrainsThroughTheSameTrainerAndItsLossFalls) {
+  testing::TempDir dir;
+  {
+    Fixture t({"model=geotransolver_small", "dataset.num_train=6", "dataset.num_val=2",
+               "dataset.points_per_sample=600", "dataset.sampling_resolution=256",
+               "training.num_epochs=3", "output_dir=" + dir.path(), "run_id=g",
+               "logging.console_every_n_steps=100", "device=cpu", "optimizer.lr=0.003"});
+    EXPECT_EQ(t.run->shape.input_widths.at("local_embedding"), 7);
+    EXPECT_EQ(t.run->model->class_name(), "GeoTransolver");
+    t->fit();
+  }
+  const auto summaries = records(dir.path() + "/g/metrics.jsonl", "train_summary");
+  ASSERT_EQ(summaries.size(), 3u);
+  EXPECT_LT(summaries[2]["loss"].get<double>(), summaries[0]["loss"].get<double>());
+  const auto config = records(dir.path() + "/g/metrics.jsonl", "config");
+  EXPECT_EQ(config[0]["model"], "GeoTransolver");
+}
+
 TEST(TrainerTest, EachStepLogsTheLearningRateOfItsOwnStep) {
   testing::TempDir dir;
   Fixture t(

@@ -1,0 +1,49 @@
+// The ball query alone on a GPU: the volume GeoTransolver's six scales over
+// N points of a synthetic sample (scaled by its L_ref, as training sees
+// them), timed with the device synchronised around each. Usage:
+// ball_query_bench [N] [reps]
+#include "aero/data/synthetic.h"
+#include "aero/model/ball_query.h"
+#include "core/device/device.h"
+
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+int main(int argc, char** argv) {
+  using namespace slipstream;
+  using namespace slipstream::aero;
+  if (!torch::cuda::is_available()) {
+    std::printf("ball_query_bench: no CUDA device\n");
+    return 0;
+  }
+  const int64_t n = argc > 1 ? std::atoll(argv[1]) : 200000;
+  const int reps = argc > 2 ? std::atoi(argv[2]) : 3;
+  SyntheticOptions o;
+  o.points_per_sample = n;
+  const Sample s = make_synthetic_sample(0, o);
+  const c10::Device dev(c10::kCUDA, 0);
+  const auto points =
+      (s.point("points") / s.global_scalar("L_ref", 1.0)).unsqueeze(0).to(dev).contiguous();
+  const double radii[] = {0.01, 0.05, 0.25, 1.0, 2.5, 5.0};
+  const int64_t ks[] = {8, 16, 32, 32, 64, 128};
+  double total = 0;
+  for (int i = 0; i < 6; ++i) {
+    ball_query(points, points, radii[i], ks[i]);  // warm-up
+    synchronize_device(dev);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < reps; ++r) ball_query(points, points, radii[i], ks[i]);
+    synchronize_device(dev);
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
+        reps;
+    total += ms;
+    std::printf("ball query N %lld radius %.2f K %3lld: %9.2f ms\n", static_cast<long long>(n),
+                radii[i], static_cast<long long>(ks[i]), ms);
+  }
+  std::printf("ball query, six scales: %.2f ms per step\n", total);
+  return 0;
+}

@@ -1,0 +1,29 @@
+// ball_query: for each query point, the K nearest points within a radius,
+// in increasing distance — the semantics of PhysicsNeMo's torch radius
+// search, which GeoTransolver's multi-scale local features use. Slots with
+// no point within the radius hold index 0 and the point (0, 0, 0). The
+// output has a fixed size, so nothing is read back to the host.
+//
+// Distances are Euclidean in the points' dtype (computed as
+// sqrt(sum of squared differences), as that search computes them), so the
+// same points are chosen. Queries are processed in chunks that bound the
+// (queries × points) distance matrix to `max_elements`. Where the radius
+// spans the domain this is a K-nearest-neighbour search over every point.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace slipstream::aero {
+
+struct BallQueryResult {
+  at::Tensor indices;    // (B, M, K) int64, into the points
+  at::Tensor neighbors;  // (B, M, K, 3): the neighbours' coordinates
+};
+
+// points (B, N, 3), queries (B, M, 3); K <= N. On CPU tensors, non-finite
+// coordinates are an error (on CUDA the loader's sample checks vouch for
+// them: checking here would read a value back).
+BallQueryResult ball_query(const at::Tensor& points, const at::Tensor& queries, double radius,
+                           int64_t k, int64_t max_elements = int64_t{1} << 28);
+
+}  // namespace slipstream::aero

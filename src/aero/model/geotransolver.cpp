@@ -1,0 +1,238 @@
+#include "aero/model/geotransolver.h"
+
+#include "aero/model/ball_query.h"
+#include "aero/model/fused_physics_attention.h"
+#include "aero/model/numerics.h"
+
+#include <torch/torch.h>
+
+namespace slipstream::aero {
+
+namespace {
+
+constexpr double kSliceNormEps = 1e-2;
+
+// Slice weights (B, N, H, S) and normalised slice tokens (B, H, S, D) of
+// the projections x_mid, fx_mid (B, N, H, D): physics attention's slicing.
+std::pair<torch::Tensor, torch::Tensor> slice(const torch::nn::LinearImpl& in_project_slice,
+                                              const torch::Tensor& temperature,
+                                              const torch::Tensor& x_mid,
+                                              const torch::Tensor& fx_mid) {
+  const auto logits = linear(in_project_slice, x_mid);
+  const auto w = torch::softmax(logits / temperature.clamp(0.5, 5.0).to(logits.scalar_type()), -1);
+  const auto norm = w.sum(1) + kSliceNormEps;  // (B, H, S)
+  // (B, H, S, N) x (B, H, N, D): the products PhysicsNeMo's code runs.
+  const auto tokens =
+      torch::matmul((w / norm.unsqueeze(1)).permute({0, 2, 3, 1}), fx_mid.permute({0, 2, 1, 3}));
+  return {w, tokens};
+}
+
+}  // namespace
+
+ContextProjectorImpl::ContextProjectorImpl(int64_t dim, int64_t heads_, int64_t dim_head_,
+                                           int64_t slices)
+    : heads(heads_), dim_head(dim_head_) {
+  temperature = register_parameter("temperature", torch::full({1, 1, heads, 1}, 0.5));
+  in_project_x = register_module("in_project_x", torch::nn::Linear(dim, heads * dim_head));
+  in_project_fx = register_module("in_project_fx", torch::nn::Linear(dim, heads * dim_head));
+  in_project_slice = register_module("in_project_slice", torch::nn::Linear(dim_head, slices));
+}
+
+torch::Tensor ContextProjectorImpl::forward(const torch::Tensor& x_in) {
+  const auto x = autocast_input(x_in);
+  const int64_t b = x.size(0), n = x.size(1);
+  const auto x_mid = linear(*in_project_x, x).view({b, n, heads, dim_head});
+  const auto fx_mid = linear(*in_project_fx, x).view({b, n, heads, dim_head});
+  return slice(*in_project_slice, temperature, x_mid, fx_mid).second;
+}
+
+GeometricFeatureProcessorImpl::GeometricFeatureProcessorImpl(int64_t neighbors, int64_t hidden) {
+  mlp =
+      register_module("mlp", Mlp(3 * neighbors, std::vector<int64_t>{hidden, hidden / 2}, hidden));
+}
+
+torch::Tensor GeometricFeatureProcessorImpl::forward(const torch::Tensor& neighbor_points) {
+  return torch::tanh(mlp->forward(neighbor_points.flatten(2)));
+}
+
+MultiScaleFeatureExtractorImpl::MultiScaleFeatureExtractorImpl(const GeoTransolverOptions& o,
+                                                               int64_t dim_head) {
+  processors = register_module("processors", torch::nn::ModuleList());
+  tokenizers = register_module("tokenizers", torch::nn::ModuleList());
+  for (size_t i = 0; i < o.radii.size(); ++i) {
+    processors->push_back(GeometricFeatureProcessor(o.neighbors_in_radius[i], o.n_hidden_local));
+    tokenizers->push_back(ContextProjector(o.n_hidden_local, o.n_head, dim_head, o.slice_num));
+  }
+}
+
+GlobalContextBuilderImpl::GlobalContextBuilderImpl(const GeoTransolverOptions& o) : options_(o) {
+  const int64_t dh = o.n_hidden / o.n_head;
+  if (o.include_local_features && o.geometry_dim > 0) {
+    local_extractors = register_module("local_extractors", torch::nn::ModuleList());
+    local_extractors->push_back(MultiScaleFeatureExtractor(o, dh));
+    context_dim_ += dh * static_cast<int64_t>(o.radii.size());
+  }
+  if (o.geometry_dim > 0) {
+    geometry_tokenizer = register_module(
+        "geometry_tokenizer", ContextProjector(o.geometry_dim, o.n_head, dh, o.slice_num));
+    context_dim_ += dh;
+  }
+  if (o.global_dim > 0) {
+    global_tokenizer = register_module("global_tokenizer",
+                                       ContextProjector(o.global_dim, o.n_head, dh, o.slice_num));
+    context_dim_ += dh;
+  }
+}
+
+GlobalContextBuilderImpl::Built GlobalContextBuilderImpl::build(
+    const torch::Tensor& local_positions, const torch::Tensor& geometry,
+    const torch::Tensor& global_embedding) {
+  Built out;
+  std::vector<torch::Tensor> parts, local;
+  if (!local_extractors.is_empty()) {
+    auto& extractor = *local_extractors[0]->as<MultiScaleFeatureExtractor>();
+    // One query serves both paths when the two point sets are one tensor.
+    const bool same = geometry.is_same(local_positions);
+    for (size_t i = 0; i < options_.radii.size(); ++i) {
+      const double r = options_.radii[i];
+      const int64_t k = options_.neighbors_in_radius[i];
+      auto& processor = *extractor.processors[i]->as<GeometricFeatureProcessor>();
+      auto& tokenizer = *extractor.tokenizers[i]->as<ContextProjector>();
+      const auto at_geometry =
+          processor.forward(ball_query(local_positions, geometry, r, k).neighbors);
+      parts.push_back(tokenizer.forward(at_geometry));
+      local.push_back(
+          same ? at_geometry
+               : processor.forward(ball_query(geometry, local_positions, r, k).neighbors));
+    }
+    out.local_features = torch::cat(local, -1);
+  }
+  if (!geometry_tokenizer.is_empty()) parts.push_back(geometry_tokenizer->forward(geometry));
+  if (!global_tokenizer.is_empty()) parts.push_back(global_tokenizer->forward(global_embedding));
+  if (!parts.empty()) out.context = torch::cat(parts, -1);
+  return out;
+}
+
+GaleAttentionImpl::GaleAttentionImpl(int64_t dim, int64_t heads_, int64_t slices_,
+                                     int64_t context_dim, const std::string& mode)
+    : heads(heads_), dim_head(dim / heads_), slices(slices_), weighted(mode == "weighted") {
+  TORCH_CHECK(mode == "weighted" || mode == "concat_project", "model: state_mixing_mode '", mode,
+              "' is not one of weighted, concat_project");
+  TORCH_CHECK(dim % heads == 0, "model: GALE width ", dim, " is not divisible by ", heads,
+              " heads");
+  temperature = register_parameter("temperature", torch::full({1, 1, heads, 1}, 0.5));
+  if (weighted) state_mixing = register_parameter("state_mixing", torch::zeros({}));
+  in_project_slice = register_module("in_project_slice", torch::nn::Linear(dim_head, slices));
+  qkv_project = register_module(
+      "qkv_project",
+      torch::nn::Linear(torch::nn::LinearOptions(dim_head, 3 * dim_head).bias(false)));
+  out_linear = register_module("out_linear", torch::nn::Linear(dim, dim));
+  in_project_x = register_module("in_project_x", torch::nn::Linear(dim, dim));
+  in_project_fx = register_module("in_project_fx", torch::nn::Linear(dim, dim));
+  cross_q = register_module("cross_q", torch::nn::Linear(dim_head, dim_head));
+  cross_k = register_module("cross_k", torch::nn::Linear(context_dim, dim_head));
+  cross_v = register_module("cross_v", torch::nn::Linear(context_dim, dim_head));
+  if (!weighted) {
+    concat_project = register_module(
+        "concat_project",
+        torch::nn::Sequential(torch::nn::Linear(2 * dim_head, dim_head), torch::nn::GELU()));
+  }
+  torch::NoGradGuard no_grad;
+  torch::nn::init::orthogonal_(in_project_slice->weight);
+}
+
+torch::Tensor GaleAttentionImpl::forward(const torch::Tensor& x_in, const torch::Tensor& context) {
+  const int64_t b = x_in.size(0), n = x_in.size(1);
+  const auto x = autocast_input(x_in);
+  const auto x_mid = linear(*in_project_x, x).view({b, n, heads, dim_head});
+  const auto fx_mid = linear(*in_project_fx, x).view({b, n, heads, dim_head});
+  const auto [w, tokens] = slice(*in_project_slice, temperature, x_mid, fx_mid);
+  auto mixed = slice_token_attention(tokens, qkv_project->weight);
+  if (context.defined()) {
+    const auto cross = dot_product_attention(linear(*cross_q, tokens), linear(*cross_k, context),
+                                             linear(*cross_v, context));
+    if (weighted) {
+      const auto m = torch::sigmoid(state_mixing).to(mixed.scalar_type());
+      mixed = m * mixed + (1 - m) * cross.to(mixed.scalar_type());
+    } else {
+      const auto& proj = *concat_project[0]->as<torch::nn::Linear>();
+      mixed = torch::gelu(linear(proj, torch::cat({mixed, cross.to(mixed.scalar_type())}, -1)));
+    }
+  }
+  const auto y = torch::einsum("bnhs,bhsd->bnhd", {w, mixed.to(w.scalar_type())});
+  return linear(*out_linear, y.reshape({b, n, heads * dim_head}));
+}
+
+GaleBlockImpl::GaleBlockImpl(int64_t width, const GeoTransolverOptions& o, int64_t context_dim)
+    : bf16_layer_norm(o.bf16_layer_norm) {
+  ln_1 = register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({width})));
+  Attn = register_module(
+      "Attn", GaleAttention(width, o.n_head, o.slice_num, context_dim, o.state_mixing_mode));
+  ln_mlp1 = register_module(
+      "ln_mlp1", torch::nn::Sequential(torch::nn::LayerNorm(torch::nn::LayerNormOptions({width})),
+                                       Mlp(width, width * o.mlp_ratio, width)));
+}
+
+torch::Tensor GaleBlockImpl::forward(const torch::Tensor& x_in, const torch::Tensor& context) {
+  auto x = Attn->forward(layer_norm(*ln_1, x_in, bf16_layer_norm), context) + x_in;
+  const auto& ln = *ln_mlp1[0]->as<torch::nn::LayerNorm>();
+  return ln_mlp1[1]->as<Mlp>()->forward(layer_norm(ln, x, bf16_layer_norm)) + x;
+}
+
+GeoTransolverImpl::GeoTransolverImpl(GeoTransolverOptions o) : options_(std::move(o)) {
+  const auto& op = options_;
+  TORCH_CHECK(op.n_layers >= 1 && op.n_head >= 1 && op.n_hidden % op.n_head == 0,
+              "model: GeoTransolver needs n_layers >= 1 and n_hidden (", op.n_hidden,
+              ") divisible by n_head (", op.n_head, ")");
+  TORCH_CHECK(op.radii.size() == op.neighbors_in_radius.size(),
+              "model: radii and neighbors_in_radius differ in length (", op.radii.size(), " and ",
+              op.neighbors_in_radius.size(), ")");
+  TORCH_CHECK(!op.include_local_features || op.geometry_dim == 3,
+              "model: local features query 3-D points; geometry has ", op.geometry_dim,
+              " channels");
+  context_builder = register_module("context_builder", GlobalContextBuilder(op));
+  preprocess = register_module("preprocess", torch::nn::ModuleList());
+  preprocess->push_back(Mlp(op.functional_dim, 2 * op.n_hidden, op.n_hidden));
+  const bool local = op.include_local_features && op.geometry_dim > 0;
+  const int64_t width =
+      op.n_hidden + (local ? op.n_hidden_local * static_cast<int64_t>(op.radii.size()) : 0);
+  blocks = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < op.n_layers; ++i) {
+    blocks->push_back(GaleBlock(width, op, context_builder->context_dim()));
+  }
+  ln_mlp_out = register_module("ln_mlp_out", torch::nn::ModuleList());
+  ln_mlp_out->push_back(
+      torch::nn::Sequential(torch::nn::LayerNorm(torch::nn::LayerNormOptions({width})),
+                            torch::nn::Linear(width, op.out_dim)));
+}
+
+torch::Tensor GeoTransolverImpl::forward(const torch::Tensor& local_embedding,
+                                         const torch::Tensor& geometry,
+                                         const torch::Tensor& local_positions,
+                                         const torch::Tensor& global_embedding) {
+  TORCH_CHECK(local_embedding.dim() == 3 && local_embedding.size(-1) == options_.functional_dim,
+              "model: GeoTransolver expects local_embedding (B, N, ", options_.functional_dim,
+              "), got ", local_embedding.sizes());
+  const auto built = context_builder->build(local_positions, geometry, global_embedding);
+  auto x = preprocess[0]->as<Mlp>()->forward(local_embedding);
+  if (built.local_features.defined()) {
+    x = torch::cat({x, built.local_features.to(x.scalar_type())}, -1);
+  }
+  for (const auto& block : *blocks) x = block->as<GaleBlock>()->forward(x, built.context);
+  const auto& out = *ln_mlp_out[0]->as<torch::nn::Sequential>();
+  return linear(*out[1]->as<torch::nn::Linear>(),
+                layer_norm(*out[0]->as<torch::nn::LayerNorm>(), x, options_.bf16_layer_norm));
+}
+
+torch::Tensor GeoTransolverImpl::forward(const ModelInputs& inputs) {
+  return forward(input(inputs, "local_embedding"), input(inputs, "geometry"),
+                 input(inputs, "local_positions"), input(inputs, "global_embedding"));
+}
+
+nlohmann::json GeoTransolverImpl::numerics(c10::Device device, bool bf16) const {
+  return {{"gale_attention", "plain LibTorch"},
+          {"ball_query", device.is_cuda() ? "ATen cdist + top-k (chunked)" : "ATen cdist + top-k"},
+          {"layer_norm", bf16 && options_.bf16_layer_norm ? "bf16" : "fp32"}};
+}
+
+}  // namespace slipstream::aero

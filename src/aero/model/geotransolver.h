@@ -1,0 +1,169 @@
+// GeoTransolver (PhysicsNeMo's models/geotransolver with GALE attention),
+// laid out as PhysicsNeMo lays it out so that its state-dict names load
+// unchanged (context_builder.local_extractors.0.processors.3.mlp.layers.0.
+// weight, blocks.5.Attn.cross_k.weight, ...). One input stream.
+//
+// Inputs: local_embedding (B, N, F), geometry (B, N, 3), local_positions
+// (B, N, 3), global_embedding (B, G, 3) (U_inf: G = 1).
+//
+// Context (built once per forward), with dh = n_hidden / n_head:
+//   per scale i: the K_i nearest points within radius r_i (ball_query.h) of
+//     each query, their coordinates flattened to 3 K_i, an MLP (3K_i -> L ->
+//     L/2 -> L, GELU) and tanh: per-point features (B, N, L);
+//     - queried at `geometry` among `local_positions`: a ContextProjector
+//       turns them into slice tokens (B, H, S, dh);
+//     - queried at `local_positions` among `geometry`: concatenated over the
+//       scales into the local features (B, N, scales·L).
+//     When geometry and local_positions are one tensor (the recipe passes the
+//     points for both), the two queries are the same and run once.
+//   geometry_tokenizer(geometry), global_tokenizer(global_embedding): slice
+//   tokens (B, H, S, dh) each; context = concat over the last dim.
+// A ContextProjector is physics attention's slicing alone: w = softmax(Ws
+// (Wx x) / clamp(tau, 0.5, 5)) over slices, tokens = (w / (sum_N w + 0.01))^T
+// (Wf x), per head.
+//
+// Then x = [preprocess(local_embedding), local features] (width E = n_hidden
+// + scales·L, head dim D = E / H) and per block (GALE):
+//   x = x + GALE(ln_1(x), context); x = x + MLP(LN(x))
+//   GALE: slice tokens st of x as in Transolver; self = SDPA(Wqkv st);
+//   cross = SDPA(Wq st, Wk context, Wv context); mixed by sigmoid(m) self +
+//   (1 - sigmoid(m)) cross ("weighted") or GELU(Linear([self, cross]))
+//   ("concat_project"); back to the points with w, heads merged, out_linear.
+// Finally ln_mlp_out.0: LayerNorm, Linear(E -> out_dim).
+//
+// Initialisation as PyTorch's defaults (Linear kaiming-uniform, LayerNorm
+// 1/0), GALE's in_project_slice orthogonal, temperatures 0.5, state_mixing 0.
+// The volume config has 27,574,449 parameters, the surface one 9,046,016.
+#pragma once
+
+#include "aero/model/model.h"
+#include "aero/model/transolver.h"
+
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include <string>
+#include <vector>
+
+namespace slipstream::aero {
+
+struct GeoTransolverOptions {
+  int64_t functional_dim = 7;
+  int64_t geometry_dim = 3;  // 0: no geometry context
+  int64_t global_dim = 3;    // 0: no global context
+  int64_t out_dim = 5;
+  int64_t n_layers = 12;
+  int64_t n_hidden = 256;
+  int64_t n_head = 8;
+  int64_t slice_num = 256;
+  int64_t mlp_ratio = 4;
+  bool include_local_features = true;
+  std::vector<double> radii{0.01, 0.05, 0.25, 1.0, 2.5, 5.0};
+  std::vector<int64_t> neighbors_in_radius{8, 16, 32, 32, 64, 128};
+  int64_t n_hidden_local = 32;
+  std::string state_mixing_mode = "weighted";  // weighted | concat_project
+  bool bf16_layer_norm = true;                 // as TransolverOptions::bf16_layer_norm
+};
+
+// Slice tokens of a set of points: (B, N, dim) -> (B, H, S, dh).
+class ContextProjectorImpl : public torch::nn::Module {
+ public:
+  ContextProjectorImpl(int64_t dim, int64_t heads, int64_t dim_head, int64_t slices);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  int64_t heads, dim_head;
+  torch::Tensor temperature;
+  torch::nn::Linear in_project_x{nullptr}, in_project_fx{nullptr}, in_project_slice{nullptr};
+};
+TORCH_MODULE(ContextProjector);
+
+// The neighbourhood MLP of one scale: (B, M, K, 3) -> tanh(MLP) (B, M, L).
+class GeometricFeatureProcessorImpl : public torch::nn::Module {
+ public:
+  GeometricFeatureProcessorImpl(int64_t neighbors, int64_t hidden);
+  torch::Tensor forward(const torch::Tensor& neighbor_points);
+  Mlp mlp{nullptr};
+};
+TORCH_MODULE(GeometricFeatureProcessor);
+
+class MultiScaleFeatureExtractorImpl : public torch::nn::Module {
+ public:
+  MultiScaleFeatureExtractorImpl(const GeoTransolverOptions& o, int64_t dim_head);
+  torch::nn::ModuleList processors{nullptr}, tokenizers{nullptr};
+};
+TORCH_MODULE(MultiScaleFeatureExtractor);
+
+class GlobalContextBuilderImpl : public torch::nn::Module {
+ public:
+  explicit GlobalContextBuilderImpl(const GeoTransolverOptions& o);
+  struct Built {
+    torch::Tensor context;         // (B, H, S, context_dim)
+    torch::Tensor local_features;  // (B, N, scales·L) or undefined
+  };
+  Built build(const torch::Tensor& local_positions, const torch::Tensor& geometry,
+              const torch::Tensor& global_embedding);
+  int64_t context_dim() const { return context_dim_; }
+
+  torch::nn::ModuleList local_extractors{nullptr};
+  ContextProjector geometry_tokenizer{nullptr}, global_tokenizer{nullptr};
+
+ private:
+  GeoTransolverOptions options_;
+  int64_t context_dim_ = 0;
+};
+TORCH_MODULE(GlobalContextBuilder);
+
+class GaleAttentionImpl : public torch::nn::Module {
+ public:
+  GaleAttentionImpl(int64_t dim, int64_t heads, int64_t slices, int64_t context_dim,
+                    const std::string& state_mixing_mode);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& context);
+
+  int64_t heads, dim_head, slices;
+  bool weighted;
+  torch::Tensor temperature, state_mixing;
+  torch::nn::Linear in_project_slice{nullptr}, qkv_project{nullptr}, out_linear{nullptr},
+      in_project_x{nullptr}, in_project_fx{nullptr}, cross_q{nullptr}, cross_k{nullptr},
+      cross_v{nullptr};
+  torch::nn::Sequential concat_project{nullptr};
+};
+TORCH_MODULE(GaleAttention);
+
+class GaleBlockImpl : public torch::nn::Module {
+ public:
+  GaleBlockImpl(int64_t width, const GeoTransolverOptions& o, int64_t context_dim);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& context);
+
+  bool bf16_layer_norm;
+  torch::nn::LayerNorm ln_1{nullptr};
+  GaleAttention Attn{nullptr};
+  torch::nn::Sequential ln_mlp1{nullptr};
+};
+TORCH_MODULE(GaleBlock);
+
+// Inputs: "local_embedding", "geometry", "local_positions", "global_embedding".
+class GeoTransolverImpl : public Model {
+ public:
+  explicit GeoTransolverImpl(GeoTransolverOptions o);
+  torch::Tensor forward(const torch::Tensor& local_embedding, const torch::Tensor& geometry,
+                        const torch::Tensor& local_positions,
+                        const torch::Tensor& global_embedding);
+  torch::Tensor forward(const ModelInputs& inputs) override;
+  std::vector<std::string> input_names() const override {
+    return {"global_embedding", "geometry", "local_embedding", "local_positions"};
+  }
+  std::string class_name() const override { return "GeoTransolver"; }
+  nlohmann::json numerics(c10::Device device, bool bf16) const override;
+  const GeoTransolverOptions& options() const { return options_; }
+
+  GlobalContextBuilder context_builder{nullptr};
+  torch::nn::ModuleList preprocess{nullptr}, blocks{nullptr}, ln_mlp_out{nullptr};
+
+ private:
+  GeoTransolverOptions options_;
+};
+TORCH_MODULE(GeoTransolver);
+
+}  // namespace slipstream::aero
