@@ -61,7 +61,7 @@ stage_test() {
   (cd build-gpu && ctest --output-on-failure -j4 >"$OUT/ctest.log" 2>&1); local rc=$?
   tail -30 "$OUT/ctest.log" | tee -a "$OUT/summary.txt"
   for t in build-gpu/tests/*_CUDA_test build-gpu/tests/run_test; do
-    "$t" 2>&1 | grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|actual|Sync audit|^largest excess" \
+    SLIPSTREAM_BIN="$BIN" "$t" 2>&1 | grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|actual|Sync audit|^largest excess" \
       | tee -a "$OUT/summary.txt"
   done
   return $rc
@@ -99,19 +99,17 @@ stage_audit() {
 }
 
 stage_geo() {
-  for points in ${GEO_POINTS:-200000}; do
+  for points in ${GEO_POINTS:-20000}; do
     log "geo: bench, geotransolver_volume, $points points, AdamW, plain GALE"
     bench --rounds 1 --steps 5 --warmup 3 --policies async model=geotransolver_volume \
       optimizer.name=adamw dataset.sampling_resolution=$points run_id=geo-$points
   done
-  log "geo: bench, geotransolver_volume, Muon + AdamW"
-  bench --rounds 1 --steps 5 --warmup 3 --policies async model=geotransolver_volume run_id=geo-muon
-  log "geo: audit, geotransolver_volume, 12 steps"
+  log "geo: audit, geotransolver_volume, 8 steps of 20k points"
   $BIN train --audit-syncs model=geotransolver_volume dataset=synthetic_volume \
-    training.num_epochs=1 training.steps_per_epoch=12 training.validate=false run_id=geo-audit 2>&1 \
-    | grep -E "Sync audit|error" | tee -a "$OUT/summary.txt"
-  log "geo: the ball query alone, 200k points, the volume config's six scales"
-  build-gpu/bench/ball_query_bench 200000 2>&1 | tee -a "$OUT/summary.txt"
+    dataset.sampling_resolution=20000 training.num_epochs=1 training.steps_per_epoch=8 \
+    training.validate=false run_id=geo-audit 2>&1 | grep -E "Sync audit|error" | tee -a "$OUT/summary.txt"
+  log "geo: the ball query alone, the volume config's six scales"
+  build-gpu/bench/ball_query_bench ${GEO_QUERY_POINTS:-50000} 2>&1 | tee -a "$OUT/summary.txt"
 }
 
 stage_train() {
