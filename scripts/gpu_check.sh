@@ -9,6 +9,9 @@
 #              and bench with them on and off (FUSED_ALSO_PLAIN= leaves the plain bench out)
 #   audit      slipstream train --audit-syncs: synchronizing calls per steady step
 #   geo        GeoTransolver volume: bench (plain path) at 200k points, and its sync audit
+#   surface    bench transolver_surface at 200k cells and geotransolver_surface
+#              (SURFACE_GEO_CELLS), then a full-resolution inference of a 9M-cell
+#              synthetic surface (SURFACE_INFER_CELLS)
 #   train      3 epochs of the volume config, then TensorBoard's own reader on the logs
 #   profile    bench --profile: device time per kernel (and the operators behind them)
 #   multi      2 GPUs: NCCL tests, bench on 1 and 2 GPUs, a 2-rank training
@@ -110,6 +113,30 @@ stage_geo() {
     training.validate=false run_id=geo-audit 2>&1 | grep -E "Sync audit|error" | tee -a "$OUT/summary.txt"
   log "geo: the ball query alone, the volume config's six scales"
   build-gpu/bench/ball_query_bench ${GEO_QUERY_POINTS:-50000} 2>&1 | tee -a "$OUT/summary.txt"
+}
+
+stage_surface() {
+  log "surface: bench, transolver_surface, 200k cells, AdamW"
+  bench --rounds 1 --steps 10 --warmup 3 --policies async model=transolver_surface \
+    dataset=synthetic_surface dataset.points_per_sample=210000 dataset.sampling_resolution=200000 \
+    optimizer.name=adamw run_id=surface-bench
+  for cells in ${SURFACE_GEO_CELLS:-200000}; do
+    log "surface: bench, geotransolver_surface, $cells cells, AdamW, plain GALE"
+    bench --rounds 1 --steps 3 --warmup 2 --policies async model=geotransolver_surface \
+      dataset=synthetic_surface dataset.points_per_sample=$((cells + cells / 20)) \
+      dataset.sampling_resolution=$cells optimizer.name=adamw run_id=geo-surface-$cells
+  done
+  local cells=${SURFACE_INFER_CELLS:-9000000}
+  log "surface: full-resolution inference of a $cells-cell synthetic surface"
+  $BIN train model=transolver_surface dataset=synthetic_surface dataset.num_train=2 \
+    dataset.num_val=1 dataset.points_per_sample=20000 training.num_epochs=1 \
+    run_id=surface-infer >"$OUT/surface_train.log" 2>&1 || { log "surface train FAILED"; tail -20 "$OUT/surface_train.log"; }
+  local t0=$(date +%s)
+  $BIN make-synthetic --out /tmp/surface-big dataset=synthetic_surface dataset.num_train=1 \
+    dataset.num_val=0 dataset.points_per_sample=$cells 2>&1 | tee -a "$OUT/summary.txt"
+  log "surface: wrote the sample in $(( $(date +%s) - t0 )) s"
+  $BIN infer --checkpoint runs/surface-infer/checkpoints --split train --data /tmp/surface-big \
+    --out "$OUT/surface-infer" 2>&1 | tee -a "$OUT/summary.txt"
 }
 
 stage_train() {

@@ -1,16 +1,27 @@
-// slipstream infer --checkpoint CKPT --in RUN --out OUT.vtu [--device D]:
-// a trained model over every point of a raw run, written back as a .vtu for
-// ParaView with, per target field, <name>_pred, <name>_true and
-// <name>_error (pred - true), in physical units (the dataset's transforms
-// undone), plus OUT.json with the metrics. The model runs in the precision
-// its checkpoint records (fp32 on a CPU). Points go through the model in
-// chunks of the training resolution, in a fixed random order, so each chunk
-// sees the whole body as training did.
+// slipstream infer --checkpoint CKPT (--in RUN | --split NAME [--data DIR])
+//                  --out PATH [--device D]
+// A trained model at full resolution — every point of a volume, every cell
+// of a surface (one pass where it fits) — written back for ParaView with,
+// per target field, <name>_pred, <name>_true and <name>_error (pred - true)
+// in physical units, and for surfaces the force coefficients from the
+// predicted and the true fields (aero/infer/inference.h).
+//   --in RUN     a raw run (volume: .vtu + .stl; surface: .vtp) -> PATH
+//                (.vtu or .vtp) and PATH's .json with metrics and forces
+//   --split S    every sample of split S of the run's sample directory (or
+//                --data DIR) -> PATH/: <sample>.vtp | .vtu, metrics.jsonl
+//                (infer_step per sample, infer_summary, infer_forces_summary),
+//                forces.svg (predicted vs true CD and CL with y = x and R²),
+//                and a table on the console.
+// The model runs in the precision its checkpoint records (fp32 on a CPU).
+#include "aero/infer/inference.h"
 #include "aero/train/run.h"
 #include "commands/commands.h"
 #include "commands/field_names.h"
+#include "commands/tables.h"
 #include "core/device/device.h"
 #include "core/io/atomic_file.h"
+#include "core/io/svg_scatter.h"
+#include "core/sinks/jsonl_sink.h"
 
 #ifdef SLIPSTREAM_WITH_VTK
 #include "aero/vtk/raw_runs.h"
@@ -20,79 +31,220 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 
 namespace slipstream::app {
 
+namespace fs = std::filesystem;
+
 namespace {
 
 struct InferOptions {
-  std::string checkpoint, run_dir, out, device = "auto";
+  std::string checkpoint, run_dir, split, data, out, device = "auto";
   FieldNameOptions fields;
 };
 
-#ifdef SLIPSTREAM_WITH_VTK
-int run_infer(const InferOptions& o) {
-  const c10::Device device = resolve_device(o.device, 0);
-  const aero::TrainedModel trained = aero::load_trained(o.checkpoint, device);
-  const aero::Sample sample = aero::read_raw_run(o.run_dir, trained.fields, o.fields.resolve());
-  const int64_t chunk = std::max<int64_t>(1, trained.spec.settings.sampling_resolution);
-  const auto physical = trained.predict(sample, chunk);
-  std::vector<std::pair<std::string, torch::Tensor>> out_fields;
-  nlohmann::json metrics = nlohmann::json::object();
-  const auto& fields = trained.fields;
+bool is_surface(const aero::Sample& s) { return s.has_point("normals") && s.has_point("area"); }
+
+// <name>_pred, <name>_true, <name>_error per target, physical units.
+std::vector<std::pair<std::string, torch::Tensor>> output_fields(const aero::SampleInference& r,
+                                                                 const aero::Sample& sample,
+                                                                 const aero::FieldSchema& fields) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
   for (size_t i = 0; i < fields.size(); ++i) {
     const auto& f = fields.fields()[i];
-    const auto pred = physical.narrow(1, fields.offset(i), f.channels());
+    const auto pred = r.prediction.narrow(1, fields.offset(i), f.channels());
     const auto& truth = sample.point(f.name);
-    const auto err = pred - truth;
-    out_fields.emplace_back(f.name + "_pred", pred);
-    out_fields.emplace_back(f.name + "_true", truth);
-    out_fields.emplace_back(f.name + "_error", err);
-    metrics[f.name + "_l2"] = (err.norm() / truth.norm().clamp_min(1e-30)).item<double>();
-    metrics[f.name + "_mae"] = err.abs().mean().item<double>();
+    out.emplace_back(f.name + "_pred", pred);
+    out.emplace_back(f.name + "_true", truth);
+    out.emplace_back(f.name + "_error", pred - truth);
   }
-  aero::write_vtu(o.out, sample.point("points"), out_fields);
-  std::filesystem::path json_path = o.out;
-  json_path.replace_extension(".json");
-  const nlohmann::json doc{{"run", o.run_dir},
-                           {"checkpoint", trained.checkpoint.path},
-                           {"epoch", trained.checkpoint.position.epochs_done},
-                           {"points", sample.num_points()},
-                           {"precision", aero::to_string(trained.precision)},
-                           {"trained_precision", aero::to_string(trained.trained_precision)},
-                           {"metrics", metrics}};
-  write_file_atomically(json_path.string(), doc.dump(2) + "\n");
-  std::cout << "Wrote " << o.out << " (" << sample.num_points() << " points, "
-            << aero::to_string(trained.precision) << " on " << device.str() << "); metrics in "
-            << json_path.string() << ":";
-  for (const auto& [k, v] : metrics.items()) std::cout << " " << k << "=" << v.get<double>();
+  return out;
+}
+
+// Writes the sample's ParaView file at `stem` + .vtp (a surface with its
+// polygons) or .vtu (points); returns the path, or "" without VTK.
+std::string write_paraview(const std::string& stem, const aero::SampleInference& r,
+                           const aero::Sample& sample, const aero::FieldSchema& fields) {
+#ifdef SLIPSTREAM_WITH_VTK
+  const auto out = output_fields(r, sample, fields);
+  if (is_surface(sample) && !sample.mesh.empty()) {
+    aero::SurfaceMesh mesh;
+    mesh.vertices = sample.mesh.at("vertices");
+    mesh.offsets = sample.mesh.at("offsets");
+    mesh.connectivity = sample.mesh.at("connectivity");
+    mesh.name = sample.id;
+    auto cells = out;
+    cells.emplace_back("normals", sample.point("normals"));
+    aero::write_vtp(stem + ".vtp", mesh, cells);
+    return stem + ".vtp";
+  }
+  aero::write_vtu(stem + ".vtu", sample.point("points"), out);
+  return stem + ".vtu";
+#else
+  (void)stem, (void)r, (void)sample, (void)fields;
+  return "";
+#endif
+}
+
+std::string file_stem(const std::string& id) {
+  std::string stem = fs::path(id).stem().string();
+  for (char& c : stem) {
+    if (c == ':' || c == '/' || c == ' ') c = '_';
+  }
+  return stem.empty() ? "sample" : stem;
+}
+
+std::string r2_note(const aero::CoefficientSummary& c) {
+  char r2[48], buf[128];
+  if (std::isnan(c.r2)) {
+    std::snprintf(r2, sizeof r2, "R\xc2\xb2 undefined (the truth does not vary)");
+  } else {
+    std::snprintf(r2, sizeof r2, "R\xc2\xb2 %.4f", c.r2);
+  }
+  std::snprintf(buf, sizeof buf, "%s   MAE %.4g   n %lld", r2, c.mae,
+                static_cast<long long>(c.samples));
+  return buf;
+}
+
+int run_split(const InferOptions& o, const aero::TrainedModel& trained, c10::Device device) {
+  auto dataset = aero::open_named_split(trained.spec, o.split, o.data);
+  TORCH_CHECK(dataset->size() > 0, "infer: split '", o.split, "' has no samples");
+  fs::create_directories(o.out);
+  const std::string jsonl_path = o.out + "/metrics.jsonl";
+  std::error_code ec;
+  fs::remove(jsonl_path, ec);  // this inference's records only
+  JsonlSink jsonl(jsonl_path);
+  jsonl.write_document("infer_config", {{"checkpoint", trained.checkpoint.path},
+                                        {"epoch", trained.checkpoint.position.epochs_done},
+                                        {"split", o.split},
+                                        {"dataset", dataset->describe()},
+                                        {"samples", dataset->size()},
+                                        {"precision", aero::to_string(trained.precision)},
+                                        {"device", device.str()}});
+  std::vector<aero::SampleInference> results;
+  bool wrote_files = false;
+  for (size_t i = 0; i < dataset->size(); ++i) {
+    const aero::Sample sample = dataset->get(i);
+    aero::SampleInference r = aero::infer_sample(trained, sample);
+    const std::string file =
+        write_paraview(o.out + "/" + file_stem(sample.id), r, sample, trained.fields);
+    wrote_files = wrote_files || !file.empty();
+    nlohmann::json record = aero::infer_step_record(r, i);
+    if (!file.empty()) record["file"] = file;
+    jsonl.write_document("infer_step", record);
+    std::cout << "[" << i + 1 << "/" << dataset->size() << "] " << sample.id << ": " << r.points
+              << (is_surface(sample) ? " cells" : " points") << " in " << r.seconds << " s ("
+              << r.chunks << (r.chunks == 1 ? " pass" : " passes") << ")";
+    if (!r.forces_pred.empty()) {
+      std::cout << ", CD " << r.forces_pred.at("CD") << " (true " << r.forces_true.at("CD")
+                << "), CL " << r.forces_pred.at("CL") << " (true " << r.forces_true.at("CL") << ")";
+    }
+    std::cout << "\n";
+    r.prediction = torch::Tensor();  // keep the metrics, not the fields
+    results.push_back(std::move(r));
+  }
+  const aero::SplitSummary summary = aero::summarize_split(results, o.split);
+  jsonl.write_document("infer_summary", summary.summary);
+  std::cout << "Split '" << o.split << "': " << results.size() << " samples;";
+  for (const auto& [k, v] : summary.summary["metrics"].items()) {
+    std::cout << " " << k << "=" << v.get<double>();
+  }
+  std::cout << "\n";
+  if (!summary.forces.is_null()) {
+    jsonl.write_document("infer_forces_summary", summary.forces);
+    std::cout << format_forces_table(summary.coefficients);
+    std::vector<ScatterPanel> panels;
+    for (const char* name : {"CD", "CL"}) {
+      ScatterPanel p;
+      p.title = std::string(name) + " over '" + o.split + "'";
+      p.x_label = std::string("true ") + name + " (integrated from the CFD fields)";
+      p.y_label = std::string("predicted ") + name;
+      for (const auto& r : results) {
+        p.x.push_back(r.forces_true.at(name));
+        p.y.push_back(r.forces_pred.at(name));
+      }
+      p.note = r2_note(summary.coefficients.at(name));
+      panels.push_back(std::move(p));
+    }
+    write_file_atomically(o.out + "/forces.svg", scatter_svg(panels));
+    std::cout << "Forces plot: " << o.out << "/forces.svg\n";
+  }
+  if (!wrote_files) {
+    std::cout << "note: this slipstream was built without VTK: no .vtp/.vtu files written\n";
+  }
+  jsonl.flush();
+  std::cout << "Records: " << jsonl_path << "\n";
+  return 0;
+}
+
+#ifdef SLIPSTREAM_WITH_VTK
+int run_single(const InferOptions& o, const aero::TrainedModel& trained, c10::Device device) {
+  const bool surface = trained.spec.settings.dataset_kind == "surface";
+  const aero::Sample sample =
+      surface ? aero::read_raw_surface_run(o.run_dir, trained.fields, o.fields.resolve())
+              : aero::read_raw_run(o.run_dir, trained.fields, o.fields.resolve());
+  const aero::SampleInference r = aero::infer_sample(trained, sample);
+  fs::path stem = o.out;
+  stem.replace_extension("");
+  const std::string file = write_paraview(stem.string(), r, sample, trained.fields);
+  nlohmann::json doc{{"run", o.run_dir},
+                     {"file", file},
+                     {"checkpoint", trained.checkpoint.path},
+                     {"epoch", trained.checkpoint.position.epochs_done},
+                     {"points", sample.num_points()},
+                     {"seconds", r.seconds},
+                     {"precision", aero::to_string(trained.precision)},
+                     {"trained_precision", aero::to_string(trained.trained_precision)},
+                     {"metrics", r.metrics}};
+  if (!r.forces_pred.empty()) doc["forces"] = aero::infer_step_record(r, 0)["forces"];
+  const std::string json_path = stem.string() + ".json";
+  write_file_atomically(json_path, doc.dump(2) + "\n");
+  std::cout << "Wrote " << file << " (" << sample.num_points()
+            << (surface ? " cells, " : " points, ") << aero::to_string(trained.precision) << " on "
+            << device.str() << "); metrics in " << json_path << ":";
+  for (const auto& [k, v] : r.metrics) std::cout << " " << k << "=" << v;
+  for (const auto& [k, v] : r.forces_pred) {
+    std::cout << " " << k << "=" << v << " (true " << r.forces_true.at(k) << ")";
+  }
   std::cout << "\n";
   return 0;
 }
 #endif
 
+int run_infer(const InferOptions& o) {
+  TORCH_CHECK(o.run_dir.empty() != o.split.empty(),
+              "infer: give exactly one of --in RUN (a raw run) and --split NAME (a split)");
+  const c10::Device device = resolve_device(o.device, 0);
+  const aero::TrainedModel trained = aero::load_trained(o.checkpoint, device);
+  if (!o.split.empty()) return run_split(o, trained, device);
+#ifdef SLIPSTREAM_WITH_VTK
+  return run_single(o, trained, device);
+#else
+  needs_vtk("infer --in RUN");
+#endif
+}
+
 }  // namespace
 
-Command add_infer(CLI::App& app, const CommandContext& context) {
+Command add_infer(CLI::App& app, const CommandContext& /*context*/) {
   auto o = std::make_shared<InferOptions>();
-  auto* sub = app.add_subcommand("infer", "predict every point of a raw run into a .vtu");
-  sub->add_option("--checkpoint", o->checkpoint, "checkpoint file or checkpoints/ directory")
+  auto* sub = app.add_subcommand(
+      "infer", "predict a raw run (--in) or a whole split (--split) at full resolution");
+  sub->add_option("--checkpoint", o->checkpoint,
+                  "checkpoint file, checkpoints/ directory or run directory")
       ->required();
-  sub->add_option("--in", o->run_dir, "a raw run directory (.vtu, .stl, metadata.json)")
-      ->required();
-  sub->add_option("--out", o->out, "output .vtu (metrics go beside it as .json)")->required();
+  sub->add_option("--in", o->run_dir, "a raw run directory (volume .vtu + .stl, or surface .vtp)");
+  sub->add_option("--split", o->split, "a split of the sample directory: train, val, test, ...");
+  sub->add_option("--data", o->data, "sample directory for --split (default: the run's)");
+  sub->add_option("--out", o->out, "--in: output .vtu/.vtp; --split: output directory")->required();
   sub->add_option("--device", o->device, "auto, cpu or cuda");
   o->fields.add_to(sub);
-  return {sub, [o]() -> int {
-#ifdef SLIPSTREAM_WITH_VTK
-            return run_infer(*o);
-#else
-            needs_vtk("infer");
-#endif
-          }};
+  return {sub, [o]() -> int { return run_infer(*o); }};
 }
 
 }  // namespace slipstream::app

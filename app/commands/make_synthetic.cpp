@@ -38,9 +38,13 @@ Command add_make_synthetic(CLI::App& app, const CommandContext& context) {
             if (o->format == "vtk") {
 #ifdef SLIPSTREAM_WITH_VTK
               aero::write_synthetic_vtk_runs(o->out, s.synthetic, s.num_train + s.num_val);
+              const bool surface = s.synthetic.kind == "surface";
               std::cout << "Wrote " << s.num_train + s.num_val
-                        << " runs (.vtu + .stl + metadata.json) of "
-                        << s.synthetic.points_per_sample << " points to " << o->out << "\n";
+                        << (surface
+                                ? " surface runs (.vtp + metadata.json + geo_ref + force_mom) of "
+                                : " runs (.vtu + .stl + metadata.json) of ")
+                        << s.synthetic.points_per_sample << (surface ? " cells" : " points")
+                        << " to " << o->out << "\n";
               return 0;
 #else
               needs_vtk("make-synthetic --format vtk");

@@ -1,5 +1,7 @@
-// slipstream prepare --in RAW --out DIR [--val-fraction F] [--field T=NAME ...]
-// Raw VTK/STL runs to the trainer's samples; the target fields and their
+// slipstream prepare --in RAW --out DIR [--val-fraction F] [--test-fraction F]
+//                    [--field T=NAME ...] [dataset=prepared_surface ...]
+// Raw runs to the trainer's samples: volume runs (.vtu + .stl) or, for a
+// dataset of kind surface, surface runs (.vtp). The target fields and their
 // types come from the config's dataset (`dataset.targets`).
 #include "aero/train/train_settings.h"
 #include "commands/commands.h"
@@ -17,7 +19,7 @@ namespace slipstream::app {
 Command add_prepare(CLI::App& app, const CommandContext& context) {
   struct Options {
     std::string in, out;
-    double val_fraction = 0.25;
+    double val_fraction = 0.25, test_fraction = 0.0;
     FieldNameOptions fields;
     std::vector<std::string> overrides;
   };
@@ -26,6 +28,7 @@ Command add_prepare(CLI::App& app, const CommandContext& context) {
   sub->add_option("--in", o->in, "directory of run directories")->required();
   sub->add_option("--out", o->out, "output directory")->required();
   sub->add_option("--val-fraction", o->val_fraction, "share of runs for validation");
+  sub->add_option("--test-fraction", o->test_fraction, "share of runs for the test split");
   o->fields.add_to(sub);
   sub->add_option("overrides", o->overrides, "key=value config overrides (dataset.targets)");
   return {sub, [o, &context]() -> int {
@@ -33,12 +36,17 @@ Command add_prepare(CLI::App& app, const CommandContext& context) {
             const auto config = aero::Config::load(context.config_dir, o->overrides);
             aero::PrepareOptions po;
             po.targets = aero::resolve_fields(config);
+            po.kind = aero::resolve_dataset_kind(config);
+            po.test_fraction = o->test_fraction;
             po.vtu_names = o->fields.resolve();
             po.val_fraction = o->val_fraction;
             const auto r = aero::prepare_runs(o->in, o->out, po);
-            std::cout << "Prepared " << r.runs << " runs (" << r.train << " train, " << r.val
-                      << " val, " << r.points << " points) into " << o->out << " in " << r.seconds
-                      << " s\n";
+            std::cout << "Prepared " << r.runs << " " << po.kind << " runs (" << r.train
+                      << " train, " << r.val << " val, " << r.test << " test, " << r.points
+                      << (po.kind == "surface" ? " cells" : " points") << ") into " << o->out
+                      << " in " << r.seconds << " s";
+            if (!r.warnings.empty()) std::cout << ", " << r.warnings.size() << " warnings";
+            std::cout << "\n";
             return 0;
 #else
             needs_vtk("prepare");

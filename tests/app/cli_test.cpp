@@ -47,6 +47,22 @@ TEST(CliTest, InfoPrintsTheGeoTransolverVolumeParameterCount) {
   EXPECT_NE(r.output.find("model: GeoTransolver"), std::string::npos) << r.output;
 }
 
+TEST(CliTest, InfoPrintsTheSurfaceParameterCounts) {
+  const auto t = slipstream("info model=transolver_surface dataset=synthetic_surface");
+  EXPECT_EQ(t.code, 0) << t.output;
+  EXPECT_NE(t.output.find("parameters: 6021956"), std::string::npos) << t.output;
+  const auto g = slipstream("info model=geotransolver_surface dataset=synthetic_surface");
+  EXPECT_EQ(g.code, 0) << g.output;
+  EXPECT_NE(g.output.find("parameters: 9046016"), std::string::npos) << g.output;
+}
+
+TEST(CliTest, ASurfaceModelOnAVolumeDatasetFailsNamingWhatToPick) {
+  const auto r = slipstream("info model=transolver_surface dataset=synthetic");
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("'normals'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("dataset=synthetic_surface"), std::string::npos) << r.output;
+}
+
 TEST(CliTest, ConfigTypoFailsNamingTheKeyBeforeAnyWork) {
   testing::TempDir dir;
   const auto r = slipstream("train output_dir=" + dir.path() + " run_id=x training.nm_epochs=2");

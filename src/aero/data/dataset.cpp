@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -17,6 +18,9 @@ namespace fs = std::filesystem;
 
 namespace {
 constexpr const char* kFormat = "slipstream-samples-v1";
+// A surface sample's polygons are stored as mesh/vertices, mesh/offsets,
+// mesh/connectivity.
+constexpr const char* kMeshPrefix = "mesh/";
 
 // Files written before globals were listed in their metadata hold these.
 const std::set<std::string>& known_globals() {
@@ -54,12 +58,13 @@ Sample SyntheticDataset::get(size_t index) const {
 }
 
 std::string SyntheticDataset::describe() const {
-  return "synthetic potential flow past spheres: " + std::to_string(count_) + " samples of " +
-         std::to_string(options_.points_per_sample) + " points, seed " +
+  return "synthetic potential flow past spheres: " + std::to_string(count_) + " " + options_.kind +
+         " samples of " + std::to_string(options_.points_per_sample) +
+         (options_.kind == "surface" ? " cells" : " points") + ", seed " +
          std::to_string(options_.seed);
 }
 
-SampleLayout SyntheticDataset::layout() const { return synthetic_layout(); }
+SampleLayout SyntheticDataset::layout() const { return synthetic_layout(options_.kind); }
 
 DirectoryDataset::DirectoryDataset(std::string dir, std::vector<std::string> files)
     : dir_(std::move(dir)), files_(std::move(files)) {}
@@ -107,7 +112,9 @@ Sample read_sample_file(const std::string& path) {
   Sample s;
   s.id = path;
   for (const auto& [name, t] : f.tensors) {
-    if (globals.count(name)) {
+    if (name.rfind(kMeshPrefix, 0) == 0) {
+      s.mesh[name.substr(std::strlen(kMeshPrefix))] = t;
+    } else if (globals.count(name)) {
       s.global_data[name] = name == "U_inf" ? t.to(torch::kFloat).reshape({-1}) : t.reshape({-1});
     } else {
       auto x = t.to(torch::kFloat);
@@ -123,6 +130,7 @@ SampleLayout read_sample_layout(const std::string& path) {
   const auto globals = globals_of(f);
   SampleLayout out;
   for (const auto& [name, t] : f.tensors) {
+    if (name.rfind(kMeshPrefix, 0) == 0) continue;
     if (globals.count(name)) {
       out.global_sizes[name] = t.numel();
     } else {
@@ -140,10 +148,16 @@ void write_sample_file(const std::string& path, const Sample& s) {
     tensors.emplace_back(name, t);
     globals += (globals.empty() ? "" : ",") + name;
   }
+  for (const auto& [name, t] : s.mesh) tensors.emplace_back(kMeshPrefix + name, t);
   write_safetensors(path, tensors, {{"id", s.id}, {"format", kFormat}, {"globals", globals}});
 }
 
-DatasetSplits open_sample_directory(const std::string& dir) {
+namespace {
+// The manifest's splits, each a list of sample files relative to `dir`.
+// Accepts Slipstream's {"format": ..., "train": [...], ...} and the recipe's
+// {"train": [runs], "val": [...], "test": [...]}, whose entries name runs:
+// "run_1" is found as run_1 or run_1.safetensors.
+std::map<std::string, std::vector<std::string>> read_manifest(const std::string& dir) {
   TORCH_CHECK(fs::is_directory(dir), "dataset: directory '", dir, "' does not exist");
   const std::string manifest_path = dir + "/manifest.json";
   std::ifstream in(manifest_path);
@@ -156,23 +170,66 @@ DatasetSplits open_sample_directory(const std::string& dir) {
   } catch (const std::exception& e) {
     TORCH_CHECK(false, "dataset: '", manifest_path, "' is not valid JSON: ", e.what());
   }
-  TORCH_CHECK(manifest.value("format", "") == kFormat, "dataset: '", manifest_path,
-              "' has format '", manifest.value("format", ""), "', expected '", kFormat, "'");
-  auto files_of = [&](const char* split) {
-    TORCH_CHECK(manifest.contains(split) && manifest[split].is_array(), "dataset: '", manifest_path,
-                "' has no '", split, "' list");
-    auto files = manifest[split].get<std::vector<std::string>>();
-    for (const auto& f : files) {
-      TORCH_CHECK(fs::is_regular_file(dir + "/" + f), "dataset: '", manifest_path, "' lists '", f,
-                  "', which does not exist");
+  TORCH_CHECK(manifest.is_object(), "dataset: '", manifest_path, "' is not a JSON object");
+  if (manifest.contains("format")) {
+    TORCH_CHECK(manifest["format"] == kFormat, "dataset: '", manifest_path, "' has format '",
+                manifest["format"].dump(), "', expected '", kFormat, "'");
+  }
+  std::map<std::string, std::vector<std::string>> splits;
+  for (const auto& [split, entries] : manifest.items()) {
+    if (split == "format" || split == "source") continue;
+    TORCH_CHECK(entries.is_array(), "dataset: '", manifest_path, "' split '", split,
+                "' must be a list of samples");
+    auto& files = splits[split];
+    for (const auto& e : entries) {
+      TORCH_CHECK(e.is_string(), "dataset: '", manifest_path, "' split '", split,
+                  "' holds a non-string entry ", e.dump());
+      const auto name = e.get<std::string>();
+      if (fs::is_regular_file(dir + "/" + name)) {
+        files.push_back(name);
+      } else if (fs::is_regular_file(dir + "/" + name + ".safetensors")) {
+        files.push_back(name + ".safetensors");
+      } else {
+        TORCH_CHECK(false, "dataset: '", manifest_path, "' lists '", name, "' in '", split,
+                    "', which does not exist");
+      }
     }
-    return files;
-  };
-  DatasetSplits splits;
-  splits.train = std::make_shared<DirectoryDataset>(dir, files_of("train"));
-  splits.val = std::make_shared<DirectoryDataset>(dir, files_of("val"));
-  TORCH_CHECK(splits.train->size() > 0, "dataset: '", manifest_path, "' lists no train samples");
+  }
   return splits;
+}
+
+std::string join_names(const std::map<std::string, std::vector<std::string>>& splits) {
+  std::string out;
+  for (const auto& [name, files] : splits) out += (out.empty() ? "" : ", ") + name;
+  return out.empty() ? "none" : out;
+}
+}  // namespace
+
+std::vector<std::string> split_names(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& [name, files] : read_manifest(dir)) out.push_back(name);
+  return out;
+}
+
+std::shared_ptr<Dataset> open_split(const std::string& dir, const std::string& split) {
+  const auto splits = read_manifest(dir);
+  auto it = splits.find(split);
+  TORCH_CHECK(it != splits.end(), "dataset: '", dir, "/manifest.json' has no split '", split,
+              "' (it has: ", join_names(splits), ")");
+  return std::make_shared<DirectoryDataset>(dir, it->second);
+}
+
+DatasetSplits open_sample_directory(const std::string& dir) {
+  const auto splits = read_manifest(dir);
+  auto train = splits.find("train");
+  TORCH_CHECK(train != splits.end() && !train->second.empty(), "dataset: '", dir,
+              "/manifest.json' lists no train samples (it has: ", join_names(splits), ")");
+  auto val = splits.find("val");
+  DatasetSplits out;
+  out.train = std::make_shared<DirectoryDataset>(dir, train->second);
+  out.val = std::make_shared<DirectoryDataset>(
+      dir, val != splits.end() ? val->second : std::vector<std::string>{});
+  return out;
 }
 
 void write_synthetic_directory(const std::string& dir, const SyntheticOptions& options,

@@ -88,8 +88,16 @@ class DirectoryDataset : public Dataset {
   std::vector<std::string> files_;
 };
 
-// Opens `dir`'s manifest; throws naming the directory or file on any problem.
+// Opens `dir`'s manifest; throws naming the directory or file on any
+// problem. A manifest is Slipstream's ({"format": "slipstream-samples-v1",
+// "train": [...], "val": [...], "test": [...]}, files) or the recipe's
+// ({"train": [...], ...} without "format", run names: "run_1" is found as
+// run_1 or run_1.safetensors). Training needs a non-empty train split; val
+// may be missing (empty).
 DatasetSplits open_sample_directory(const std::string& dir);
+// The splits a manifest names, and one of them (an error lists the others).
+std::vector<std::string> split_names(const std::string& dir);
+std::shared_ptr<Dataset> open_split(const std::string& dir, const std::string& split);
 
 // Reads one sample file (no check beyond its format).
 Sample read_sample_file(const std::string& path);

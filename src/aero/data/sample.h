@@ -23,6 +23,9 @@ struct Sample {
   std::string id;  // file path or "synthetic:<index>"
   std::map<std::string, torch::Tensor> point_data;
   std::map<std::string, torch::Tensor> global_data;
+  // A surface sample's polygons, for writing predictions back as a mesh:
+  // vertices (V, 3), offsets (C + 1), connectivity. Empty for a volume.
+  std::map<std::string, torch::Tensor> mesh;
 
   int64_t num_points() const;
   bool has_point(const std::string& name) const { return point_data.count(name) > 0; }

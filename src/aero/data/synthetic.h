@@ -20,12 +20,14 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 
 namespace slipstream::aero {
 
 struct SyntheticOptions {
-  int64_t points_per_sample = 20000;
+  int64_t points_per_sample = 20000;  // volume points, or surface cells
   uint64_t seed = 1234;
+  std::string kind = "volume";  // volume | surface
 };
 
 struct SyntheticSphere {
@@ -33,12 +35,26 @@ struct SyntheticSphere {
   std::array<double, 3> center{};
 };
 
-// The tensors every synthetic sample holds.
-SampleLayout synthetic_layout();
+// The tensors every synthetic sample of `kind` holds.
+SampleLayout synthetic_layout(const std::string& kind = "volume");
 
-// `body`, if given, receives the sphere of that sample.
+// `body`, if given, receives the sphere of that sample. options.kind
+// "surface" gives make_synthetic_surface_sample's.
 Sample make_synthetic_sample(int64_t index, const SyntheticOptions& options,
                              SyntheticSphere* body = nullptr);
+
+// The surface of sample i's sphere (same radius, centre and free stream as
+// its volume sample) as a UV sphere of about points_per_sample cells (quads,
+// triangles at the poles). Per cell: points (the centroid), normals
+// (outward), area; pressure from potential flow, Cp = 1 - 9/4 sin^2(theta)
+// with theta from the upstream stagnation point; wss a smooth skin friction
+// along the surface flow, Cf = 0.0592 Re^-0.2 sin(theta) (1.25 + 0.75
+// cos(theta)) with Re = |U| 2a / nu, nu = 1e-5 (a turbulent boundary layer's
+// level): zero at both stagnation points, larger on the front. Its drag is
+// the friction's alone (the pressure's is zero: d'Alembert) and differs
+// between samples through Re. Globals as the volume
+// sample's plus A_ref = pi a^2 (the frontal area); mesh/ holds the polygons.
+Sample make_synthetic_surface_sample(int64_t index, const SyntheticOptions& options);
 
 // The analytic velocity of potential flow past a sphere (for tests).
 torch::Tensor sphere_potential_flow_velocity(const torch::Tensor& offsets, double radius,

@@ -80,7 +80,14 @@ ModelShape model_shape(const RunSpec& spec, const SampleLayout& layout) {
                 it->second);
   }
   ModelShape shape;
-  shape.input_widths = spec.inputs.widths(layout);
+  try {
+    shape.input_widths = spec.inputs.widths(layout);
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, e.what_without_backtrace(), "; the ", spec.settings.dataset_kind,
+                " samples hold: ", join_keys(layout.point_channels),
+                " (a surface model reads a surface dataset, e.g. dataset=synthetic_surface;"
+                " a volume model a volume one)");
+  }
   shape.out_dim = spec.fields.total_channels();
   return shape;
 }
@@ -102,6 +109,18 @@ DatasetSplits open_datasets(const RunSpec& spec) {
   data.train->check_headers();
   data.val->check_headers();
   return data;
+}
+
+std::shared_ptr<Dataset> open_named_split(const RunSpec& spec, const std::string& split,
+                                          const std::string& dir) {
+  const auto& s = spec.settings;
+  const std::string path = dir.empty() ? s.dataset_path : dir;
+  if (!path.empty()) return open_split(path, split);
+  TORCH_CHECK(split == "train" || split == "val", "infer: the run's dataset is synthetic in ",
+              "memory, which has splits train and val, not '", split,
+              "'; give --data DIR for a sample directory");
+  return split == "train" ? std::make_shared<SyntheticDataset>(s.synthetic, 0, s.num_train)
+                          : std::make_shared<SyntheticDataset>(s.synthetic, s.num_train, s.num_val);
 }
 
 LoaderOptions loader_options(const RunSpec& spec, c10::Device device) {
@@ -241,7 +260,9 @@ nlohmann::json Run::dataset_record() const {
 
 TrainedModel load_trained(const std::string& checkpoint, c10::Device device) {
   TORCH_CHECK(fs::exists(checkpoint), "infer: checkpoint '", checkpoint, "' does not exist");
-  const fs::path ckpt = fs::absolute(checkpoint);
+  fs::path ckpt = fs::absolute(checkpoint);
+  // A run directory stands for its checkpoints/ (the newest complete one).
+  if (fs::is_directory(ckpt) && fs::is_directory(ckpt / "checkpoints")) ckpt /= "checkpoints";
   const fs::path ckpt_dir = fs::is_directory(ckpt) ? ckpt : ckpt.parent_path();
   const std::string config_path = (ckpt_dir.parent_path() / "resolved_config.yaml").string();
   TORCH_CHECK(fs::is_regular_file(config_path), "infer: no resolved_config.yaml beside '",

@@ -51,6 +51,11 @@ RunSpec resolve_run_spec(const Config& config);
 // The splits the config names (synthetic in memory, or a sample directory),
 // each checking its samples against what the spec needs of them.
 DatasetSplits open_datasets(const RunSpec& spec);
+// One named split of the run's data for inference (unchecked): `dir`, or
+// the config's dataset.path when `dir` is empty; a synthetic dataset in
+// memory has train and val. An unknown split is an error listing the known.
+std::shared_ptr<Dataset> open_named_split(const RunSpec& spec, const std::string& split,
+                                          const std::string& dir);
 // The model's input and output widths for samples of `layout`; throws when
 // the samples lack a tensor the inputs or targets need.
 ModelShape model_shape(const RunSpec& spec, const SampleLayout& layout);

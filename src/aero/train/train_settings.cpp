@@ -49,7 +49,48 @@ std::string join(const std::vector<std::string>& xs) {
   return out;
 }
 
+Vec3 vec3(const Config& c, const std::string& key) {
+  const auto v = c.get<std::vector<double>>(key);
+  TORCH_CHECK(v.size() == 3, "config: '", key, "' must be 3 numbers [x, y, z], got ", v.size());
+  return {v[0], v[1], v[2]};
+}
+
+std::optional<double> positive_or_null(const Config& c, const std::string& key) {
+  if (c.is_null(key)) return std::nullopt;
+  const double v = c.get<double>(key);
+  check_positive(key, v);
+  return v;
+}
+
+ForceSettings resolve_forces(const Config& c) {
+  ForceSettings f;
+  f.enabled = c.get<bool>("force_coefficients.enabled");
+  f.reference_area = positive_or_null(c, "force_coefficients.reference_area");
+  f.reference_length = positive_or_null(c, "force_coefficients.reference_length");
+  f.moment_center = vec3(c, "force_coefficients.moment_center");
+  f.up_direction = vec3(c, "force_coefficients.up_direction");
+  const auto& u = f.up_direction;
+  TORCH_CHECK(u[0] * u[0] + u[1] * u[1] + u[2] * u[2] > 0,
+              "config: 'force_coefficients.up_direction' must not be zero");
+  return f;
+}
 }  // namespace
+
+ForceOptions ForceSettings::for_sample(const std::string& sample_id, double sample_a_ref,
+                                       double sample_l_ref) const {
+  ForceOptions o;
+  o.moment_center = moment_center;
+  o.up_direction = up_direction;
+  const double a = reference_area.value_or(sample_a_ref);
+  const double l = reference_length.value_or(sample_l_ref);
+  TORCH_CHECK(a > 0, "forces: sample '", sample_id,
+              "' has no A_ref global; set force_coefficients.reference_area");
+  TORCH_CHECK(l > 0, "forces: sample '", sample_id,
+              "' has no L_ref global; set force_coefficients.reference_length");
+  o.reference_area = a;
+  o.reference_length = l;
+  return o;
+}
 
 FieldSchema resolve_fields(const Config& c) {
   const YAML::Node targets = section(c, "dataset.targets");
@@ -203,7 +244,17 @@ TrainSettings resolve_settings(const Config& c) {
   s.sampling_resolution = c.get<int64_t>("dataset.sampling_resolution");
   check_positive("dataset.sampling_resolution", static_cast<double>(s.sampling_resolution));
   s.shuffle = c.get<bool>("dataset.shuffle");
+  s.dataset_kind = resolve_dataset_kind(c);
+  s.synthetic.kind = s.dataset_kind;
+  if (c.has("force_coefficients")) s.forces = resolve_forces(c);
   return s;
+}
+
+std::string resolve_dataset_kind(const Config& c) {
+  if (!c.has("dataset.kind")) return "volume";
+  const auto kind = c.get<std::string>("dataset.kind");
+  check_one_of("dataset.kind", kind, {"volume", "surface"});
+  return kind;
 }
 
 double scheduled_lr(const TrainSettings& s, int64_t t) {

@@ -8,13 +8,29 @@
 #include "aero/data/synthetic.h"
 #include "aero/data/transforms.h"
 #include "aero/fields/field_schema.h"
+#include "aero/forces/force_coefficients.h"
 #include "aero/optim/muon_adamw.h"
 #include "core/readback/step_readback.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace slipstream::aero {
+
+// The `force_coefficients:` section: what surface inference integrates the
+// forces with. A reference area or length left null comes from each
+// sample's A_ref / L_ref global.
+struct ForceSettings {
+  bool enabled = true;
+  std::optional<double> reference_area, reference_length;
+  Vec3 moment_center{0.0, 0.0, 0.0};
+  Vec3 up_direction{0.0, 0.0, 1.0};
+  // The options for one sample; throws naming the sample when a reference
+  // value is neither configured nor among its globals.
+  ForceOptions for_sample(const std::string& sample_id, double sample_a_ref,
+                          double sample_l_ref) const;
+};
 
 struct TrainSettings {
   std::string run_id;
@@ -44,17 +60,21 @@ struct TrainSettings {
   int64_t distributed_timeout_s = 180;
 
   // Dataset.
-  std::string dataset_path;  // empty: synthetic in memory
+  std::string dataset_path;             // empty: synthetic in memory
+  std::string dataset_kind = "volume";  // volume | surface (the samples' kind)
   int64_t num_train = 0, num_val = 0;
   SyntheticOptions synthetic;
   int64_t sampling_resolution = 0;
   bool shuffle = true;
   TransformOptions transforms;
+  ForceSettings forces;
 
   std::string run_dir() const { return output_dir + "/" + run_id; }
 };
 
 TrainSettings resolve_settings(const Config& config);
+// dataset.kind: "volume" (also when absent: older configs) or "surface".
+std::string resolve_dataset_kind(const Config& config);
 
 // The target fields from the dataset's `targets`, `nondim` and
 // `normalization` maps and the loss's `field_weights`; a name in those maps

@@ -1,6 +1,8 @@
 #include "aero/vtk/raw_runs.h"
 
 #include "aero/data/dataset.h"
+#include "aero/forces/force_coefficients.h"
+#include "aero/geometry/surface_mesh.h"
 #include "aero/geometry/triangle_mesh.h"
 #include "aero/vtk/vtk_io.h"
 #include "core/io/atomic_file.h"
@@ -9,9 +11,13 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <sstream>
 
 namespace slipstream::aero {
 
@@ -34,33 +40,116 @@ std::string only_file_with(const std::string& dir, const std::string& ext) {
               " file, found ", found.size());
   return found.front();
 }
+
+// The file in `dir` whose name starts with `prefix` and ends with `ext`,
+// or "" when none; more than one is an error.
+std::string optional_file(const std::string& dir, const std::string& prefix,
+                          const std::string& ext) {
+  std::vector<std::string> found;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const auto name = e.path().filename().string();
+    if (e.is_regular_file() && name.rfind(prefix, 0) == 0 && e.path().extension() == ext) {
+      found.push_back(e.path().string());
+    }
+  }
+  TORCH_CHECK(found.size() <= 1, "prepare: run '", dir, "' holds ", found.size(), " ", prefix, "*",
+              ext, " files; expected at most one");
+  return found.empty() ? "" : found.front();
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  TORCH_CHECK(in.good(), "prepare: '", path, "' is missing");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, "prepare: '", path, "' is not valid JSON: ", e.what());
+  }
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  return s;
+}
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r\"");
+  const auto e = s.find_last_not_of(" \t\r\"");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+// A CSV of a header row and one row of numbers (DrivAerML's geo_ref_i.csv,
+// force_mom_i.csv): lower-cased column name -> value.
+std::map<std::string, double> read_one_row_csv(const std::string& path) {
+  std::ifstream in(path);
+  TORCH_CHECK(in.good(), "prepare: cannot read '", path, "'");
+  std::string header, row;
+  std::getline(in, header);
+  std::getline(in, row);
+  std::vector<std::string> names, values;
+  for (std::stringstream ss(header); std::getline(ss, header, ',');) names.push_back(trim(header));
+  for (std::stringstream ss(row); std::getline(ss, row, ',');) values.push_back(trim(row));
+  TORCH_CHECK(!names.empty() && names.size() == values.size(), "prepare: '", path,
+              "' must hold a header row and one row of as many values (", names.size(), " names, ",
+              values.size(), " values)");
+  std::map<std::string, double> out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    try {
+      size_t used = 0;
+      out[lower(names[i])] = std::stod(values[i], &used);
+      TORCH_CHECK(used == values[i].size(), "");
+    } catch (...) {
+      TORCH_CHECK(false, "prepare: '", path, "' column '", names[i], "' holds '", values[i],
+                  "', not a number");
+    }
+  }
+  return out;
+}
+
+// Each target's field name in the files: given, else DrivAerML's, else its own.
+std::map<std::string, std::string> file_field_names(
+    const FieldSchema& targets, const std::map<std::string, std::string>& given_names) {
+  const auto drivaerml = drivaerml_field_names();
+  std::map<std::string, std::string> fields;
+  for (const auto& f : targets.fields()) {
+    auto given = given_names.find(f.name);
+    auto known = drivaerml.find(f.name);
+    fields[f.name] = given != given_names.end() ? given->second
+                     : known != drivaerml.end() ? known->second
+                                                : f.name;
+  }
+  return fields;
+}
+
+void put_free_stream(Sample& s, const nlohmann::json& meta, const std::string& meta_path) {
+  TORCH_CHECK(meta.contains("U_inf") && meta["U_inf"].is_array() && meta["U_inf"].size() == 3,
+              "prepare: '", meta_path, "' needs \"U_inf\": [ux, uy, uz]");
+  const auto u = meta["U_inf"].get<std::vector<double>>();
+  s.global_data["U_inf"] = torch::tensor({u[0], u[1], u[2]}, torch::kFloat);
+  s.global_data["rho_inf"] = torch::tensor({meta.value("rho_inf", 1.0)}, torch::kDouble);
+  s.global_data["p_inf"] = torch::tensor({meta.value("p_inf", 0.0)}, torch::kDouble);
+  for (const char* key : {"L_ref", "A_ref"}) {
+    if (meta.contains(key)) {
+      s.global_data[key] = torch::tensor({meta[key].get<double>()}, torch::kDouble);
+    }
+  }
+}
+
+void warn(std::vector<std::string>* warnings, const std::string& message) {
+  std::cerr << "prepare: warning: " << message << "\n";
+  if (warnings != nullptr) warnings->push_back(message);
+}
 }  // namespace
 
 Sample read_raw_run(const std::string& run_dir, const FieldSchema& targets,
                     const std::map<std::string, std::string>& vtu_names) {
   TORCH_CHECK(fs::is_directory(run_dir), "prepare: run directory '", run_dir, "' does not exist");
   const std::string meta_path = run_dir + "/metadata.json";
-  std::ifstream meta_in(meta_path);
-  TORCH_CHECK(meta_in.good(), "prepare: '", meta_path, "' is missing");
-  nlohmann::json meta;
-  try {
-    meta = nlohmann::json::parse(meta_in);
-  } catch (const std::exception& e) {
-    TORCH_CHECK(false, "prepare: '", meta_path, "' is not valid JSON: ", e.what());
-  }
-  TORCH_CHECK(meta.contains("U_inf") && meta["U_inf"].is_array() && meta["U_inf"].size() == 3,
-              "prepare: '", meta_path, "' needs \"U_inf\": [ux, uy, uz]");
+  const nlohmann::json meta = read_json(meta_path);
   const auto vtu = only_file_with(run_dir, ".vtu");
   const auto stl = only_file_with(run_dir, ".stl");
-  const auto drivaerml = drivaerml_field_names();
-  std::map<std::string, std::string> fields;  // target -> .vtu field
-  for (const auto& f : targets.fields()) {
-    auto given = vtu_names.find(f.name);
-    auto known = drivaerml.find(f.name);
-    fields[f.name] = given != vtu_names.end()   ? given->second
-                     : known != drivaerml.end() ? known->second
-                                                : f.name;
-  }
+  const auto fields = file_field_names(targets, vtu_names);
   std::vector<std::string> names;
   for (const auto& [target, field] : fields) names.push_back(field);
   VolumeMesh volume = read_vtu(vtu, names);
@@ -74,13 +163,7 @@ Sample read_raw_run(const std::string& run_dir, const FieldSchema& targets,
   sdf.query(volume.points, sdf_values, sdf_normals);
   s.point_data["sdf"] = sdf_values;
   s.point_data["sdf_normals"] = sdf_normals;
-  const auto u = meta["U_inf"].get<std::vector<double>>();
-  s.global_data["U_inf"] = torch::tensor({u[0], u[1], u[2]}, torch::kFloat);
-  s.global_data["rho_inf"] = torch::tensor({meta.value("rho_inf", 1.0)}, torch::kDouble);
-  s.global_data["p_inf"] = torch::tensor({meta.value("p_inf", 0.0)}, torch::kDouble);
-  if (meta.contains("L_ref")) {
-    s.global_data["L_ref"] = torch::tensor({meta["L_ref"].get<double>()}, torch::kDouble);
-  }
+  put_free_stream(s, meta, meta_path);
   SampleLayout required;
   required.point_channels = {{"points", 3}, {"sdf", 1}, {"sdf_normals", 3}};
   required.global_sizes = {{"U_inf", 3}};
@@ -97,12 +180,94 @@ Sample read_raw_run(const std::string& run_dir, const FieldSchema& targets,
   return s;
 }
 
+Sample read_raw_surface_run(const std::string& run_dir, const FieldSchema& targets,
+                            const std::map<std::string, std::string>& vtp_names,
+                            std::vector<std::string>* warnings) {
+  TORCH_CHECK(fs::is_directory(run_dir), "prepare: run directory '", run_dir, "' does not exist");
+  const auto vtp = only_file_with(run_dir, ".vtp");
+  const auto fields = file_field_names(targets, vtp_names);
+  std::vector<std::string> names;
+  for (const auto& [target, field] : fields) names.push_back(field);
+  SurfaceData surface = read_vtp(vtp, names);
+  CellGeometry g = cell_geometry(surface.mesh);
+  SurfaceCheck check = check_surface(g);
+  if (check.enclosed_volume < 0) {
+    warn(warnings, "'" + vtp + "': the cell normals point inward (enclosed volume " +
+                       std::to_string(check.enclosed_volume) + "); flipped to point outward");
+    flip_orientation(surface.mesh);
+    g = cell_geometry(surface.mesh);
+    check = check_surface(g);
+  }
+  if (check.degenerate_cells > 0) {
+    warn(warnings, "'" + vtp + "': " + std::to_string(check.degenerate_cells) +
+                       " cells have no area (zero normal; they add nothing to the forces)");
+  }
+  if (!check.closed(1e-4)) {
+    warn(warnings, "'" + vtp + "': the surface is not closed (|sum of area vectors| / area = " +
+                       std::to_string(check.closure) +
+                       "); force coefficients over it include the open part's missing pressure");
+  }
+
+  Sample s;
+  s.id = run_dir;
+  const std::string meta_path = run_dir + "/metadata.json";
+  if (fs::is_regular_file(meta_path)) {
+    put_free_stream(s, read_json(meta_path), meta_path);
+  } else {
+    warn(warnings, "'" + run_dir +
+                       "' has no metadata.json: using DrivAerML's free stream, U_inf [38.89, 0, "
+                       "0], rho_inf 1 (its pressures are kinematic, p / rho), p_inf 0");
+    s.global_data["U_inf"] = torch::tensor({38.89, 0.0, 0.0}, torch::kFloat);
+    s.global_data["rho_inf"] = torch::tensor({1.0}, torch::kDouble);
+    s.global_data["p_inf"] = torch::tensor({0.0}, torch::kDouble);
+  }
+  if (const auto geo = optional_file(run_dir, "geo_ref", ".csv"); !geo.empty()) {
+    const auto row = read_one_row_csv(geo);
+    for (const auto& [column, key] : {std::pair{"lref", "L_ref"}, std::pair{"aref", "A_ref"}}) {
+      auto it = row.find(column);
+      if (it != row.end() && !s.has_global(key)) {
+        s.global_data[key] = torch::tensor({it->second}, torch::kDouble);
+      }
+    }
+  }
+  if (const auto forces = optional_file(run_dir, "force_mom", ".csv"); !forces.empty()) {
+    const auto row = read_one_row_csv(forces);
+    for (const auto& [column, key] :
+         {std::pair{"cd", "CD_cfd"}, std::pair{"cl", "CL_cfd"}, std::pair{"cs", "CS_cfd"}}) {
+      auto it = row.find(column);
+      if (it != row.end()) s.global_data[key] = torch::tensor({it->second}, torch::kDouble);
+    }
+  }
+  s.point_data["points"] = g.centroids.to(torch::kFloat);
+  s.point_data["normals"] = g.normals.to(torch::kFloat);
+  s.point_data["area"] = g.areas.to(torch::kFloat);
+  SampleLayout required;
+  required.point_channels = {{"points", 3}, {"normals", 3}, {"area", 1}};
+  required.global_sizes = {{"U_inf", 3}};
+  for (const auto& f : targets.fields()) {
+    const auto& field = fields.at(f.name);
+    auto t = surface.cell_fields.at(field);
+    TORCH_CHECK(t.size(1) == f.channels(), "prepare: '", vtp, "' field '", field, "' has ",
+                t.size(1), " components; target '", f.name, "' is a ", to_string(f.type),
+                " and needs ", f.channels());
+    s.point_data[f.name] = t;
+    required.point_channels[f.name] = f.channels();
+  }
+  s.mesh["vertices"] = surface.mesh.vertices.to(torch::kFloat);
+  s.mesh["offsets"] = surface.mesh.offsets;
+  s.mesh["connectivity"] = surface.mesh.connectivity;
+  validate_sample(s, required, targets.names(), /*allow_nonfinite_targets=*/true);
+  return s;
+}
+
 PrepareReport prepare_runs(const std::string& in_dir, const std::string& out_dir,
                            const PrepareOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   TORCH_CHECK(fs::is_directory(in_dir), "prepare: input directory '", in_dir, "' does not exist");
-  TORCH_CHECK(o.val_fraction >= 0 && o.val_fraction < 1,
-              "prepare: --val-fraction must be in [0, 1)");
+  TORCH_CHECK(o.val_fraction >= 0 && o.test_fraction >= 0 && o.val_fraction + o.test_fraction < 1,
+              "prepare: --val-fraction and --test-fraction must be >= 0 and sum to less than 1");
+  TORCH_CHECK(o.kind == "volume" || o.kind == "surface", "prepare: kind '", o.kind,
+              "' is not one of volume, surface");
   std::vector<std::string> runs;
   for (const auto& e : fs::directory_iterator(in_dir)) {
     if (e.is_directory()) runs.push_back(e.path().string());
@@ -111,31 +276,83 @@ PrepareReport prepare_runs(const std::string& in_dir, const std::string& out_dir
   TORCH_CHECK(!runs.empty(), "prepare: '", in_dir, "' holds no run directories");
   fs::create_directories(out_dir);
   PrepareReport report;
-  const int64_t n_val = static_cast<int64_t>(o.val_fraction * static_cast<double>(runs.size()));
+  const auto n_runs = static_cast<int64_t>(runs.size());
+  const auto n_val = static_cast<int64_t>(o.val_fraction * static_cast<double>(n_runs));
+  const auto n_test = static_cast<int64_t>(o.test_fraction * static_cast<double>(n_runs));
   nlohmann::json manifest;
   manifest["format"] = "slipstream-samples-v1";
   manifest["source"] = fs::absolute(in_dir).string();
   manifest["train"] = nlohmann::json::array();
   manifest["val"] = nlohmann::json::array();
-  for (size_t i = 0; i < runs.size(); ++i) {
-    Sample s = read_raw_run(runs[i], o.targets, o.vtu_names);
-    const std::string name = fs::path(runs[i]).filename().string() + ".safetensors";
+  if (n_test > 0) manifest["test"] = nlohmann::json::array();
+  for (int64_t i = 0; i < n_runs; ++i) {
+    const auto& run = runs[static_cast<size_t>(i)];
+    Sample s = o.kind == "surface"
+                   ? read_raw_surface_run(run, o.targets, o.vtu_names, &report.warnings)
+                   : read_raw_run(run, o.targets, o.vtu_names);
+    const std::string name = fs::path(run).filename().string() + ".safetensors";
     write_sample_file(out_dir + "/" + name, s);
-    const bool val = static_cast<int64_t>(i) >= static_cast<int64_t>(runs.size()) - n_val;
-    manifest[val ? "val" : "train"].push_back(name);
-    (val ? report.val : report.train) += 1;
+    const bool test = i >= n_runs - n_test;
+    const bool val = !test && i >= n_runs - n_test - n_val;
+    manifest[test ? "test" : val ? "val" : "train"].push_back(name);
+    (test ? report.test : val ? report.val : report.train) += 1;
     report.points += s.num_points();
   }
-  TORCH_CHECK(report.train > 0, "prepare: every run went to val; lower --val-fraction");
+  TORCH_CHECK(report.train > 0,
+              "prepare: no run is left for train; lower --val-fraction / --test-fraction");
   write_file_atomically(out_dir + "/manifest.json", manifest.dump(2) + "\n");
   report.runs = static_cast<int64_t>(runs.size());
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return report;
 }
 
+namespace {
+void write_synthetic_surface_runs(const std::string& out_dir, const SyntheticOptions& options,
+                                  int64_t count) {
+  const auto names = drivaerml_field_names();
+  for (int64_t i = 0; i < count; ++i) {
+    const Sample s = make_synthetic_surface_sample(i, options);
+    const std::string id = std::to_string(i);
+    const std::string dir = out_dir + "/run_" + id;
+    fs::create_directories(dir);
+    SurfaceMesh mesh;
+    mesh.vertices = s.mesh.at("vertices");
+    mesh.offsets = s.mesh.at("offsets");
+    mesh.connectivity = s.mesh.at("connectivity");
+    write_vtp(dir + "/boundary_" + id + ".vtp", mesh,
+              {{names.at("pressure"), s.point("pressure")}, {names.at("wss"), s.point("wss")}});
+    const auto u = s.global("U_inf").to(torch::kDouble);
+    const Vec3 flow{u[0].item<double>(), u[1].item<double>(), u[2].item<double>()};
+    const nlohmann::json meta{{"U_inf", flow}, {"rho_inf", 1.0}, {"p_inf", 0.0}};
+    write_file_atomically(dir + "/metadata.json", meta.dump(2) + "\n");
+    const double l_ref = s.global_scalar("L_ref", 1.0), a_ref = s.global_scalar("A_ref", 1.0);
+    std::ostringstream geo;
+    geo.precision(17);
+    geo << "lRef,aRef\n" << l_ref << "," << a_ref << "\n";
+    write_file_atomically(dir + "/geo_ref_" + id + ".csv", geo.str());
+    // The CFD's own coefficients, as DrivAerML ships them: here the exact
+    // fields' integral (q = |U|^2 / 2, rho 1).
+    const double q = 0.5 * (flow[0] * flow[0] + flow[1] * flow[1] + flow[2] * flow[2]);
+    ForceOptions fo;
+    fo.reference_area = a_ref;
+    fo.reference_length = l_ref;
+    const auto c = force_coefficients(s.point("points"), s.point("normals"), s.point("area"),
+                                      s.point("pressure") / q, s.point("wss") / q, flow, fo);
+    std::ostringstream forces;
+    forces.precision(10);
+    forces << "Cd,Cl,Cs\n" << c.at("CD") << "," << c.at("CL") << "," << c.at("CS") << "\n";
+    write_file_atomically(dir + "/force_mom_" + id + ".csv", forces.str());
+  }
+}
+}  // namespace
+
 void write_synthetic_vtk_runs(const std::string& out_dir, const SyntheticOptions& options,
                               int64_t count) {
   TORCH_CHECK(count > 0, "make-synthetic: need at least one run");
+  if (options.kind == "surface") {
+    write_synthetic_surface_runs(out_dir, options, count);
+    return;
+  }
   for (int64_t i = 0; i < count; ++i) {
     SyntheticSphere body;
     const Sample s = make_synthetic_sample(i, options, &body);

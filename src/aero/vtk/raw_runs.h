@@ -34,18 +34,41 @@ std::map<std::string, std::string> drivaerml_field_names();
 Sample read_raw_run(const std::string& run_dir, const FieldSchema& targets,
                     const std::map<std::string, std::string>& vtu_names);
 
+// A surface run (DrivAerML's layout):
+//   <run>/*.vtp              the surface with cell data (pMeanTrim,
+//                            wallShearStressMeanTrim), polygons
+//   <run>/metadata.json      optional: U_inf, rho_inf, p_inf, L_ref, A_ref;
+//                            without it DrivAerML's free stream (U_inf
+//                            [38.89, 0, 0], rho_inf 1: its pressures are
+//                            kinematic) with a warning
+//   <run>/geo_ref*.csv       optional: lRef, aRef (L_ref, A_ref)
+//   <run>/force_mom*.csv     optional: the CFD's own Cd, Cl, Cs, kept as the
+//                            globals CD_cfd, CL_cfd, CS_cfd
+// Per cell: points (centroid), normals (outward), area, the targets; mesh/
+// keeps the polygons. Inward normals are flipped and degenerate cells and
+// a surface that is not closed are reported, each warning naming the file.
+Sample read_raw_surface_run(const std::string& run_dir, const FieldSchema& targets,
+                            const std::map<std::string, std::string>& vtp_names,
+                            std::vector<std::string>* warnings = nullptr);
+
 struct PrepareOptions {
+  std::string kind = "volume";  // volume (.vtu + .stl) | surface (.vtp)
   FieldSchema targets = default_volume_fields();
-  std::map<std::string, std::string> vtu_names;  // target -> .vtu field
+  std::map<std::string, std::string> vtu_names;  // target -> .vtu/.vtp field
   double val_fraction = 0.25;
+  double test_fraction = 0.0;  // the last runs (after val's) form a test split
 };
 struct PrepareReport {
-  int64_t runs = 0, train = 0, val = 0, points = 0;
+  int64_t runs = 0, train = 0, val = 0, test = 0, points = 0;
+  std::vector<std::string> warnings;
   double seconds = 0;
 };
 PrepareReport prepare_runs(const std::string& in_dir, const std::string& out_dir,
                            const PrepareOptions& options);
 
+// Volume runs (.vtu + .stl + metadata.json) or, for options.kind surface,
+// surface runs (boundary_i.vtp + metadata.json + geo_ref_i.csv +
+// force_mom_i.csv with the coefficients integrated from the exact fields).
 void write_synthetic_vtk_runs(const std::string& out_dir, const SyntheticOptions& options,
                               int64_t count);
 

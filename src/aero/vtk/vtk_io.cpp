@@ -7,14 +7,18 @@
 #include <vtkCellDataToPointData.h>
 #include <vtkDataArray.h>
 #include <vtkFloatArray.h>
+#include <vtkIdTypeArray.h>
 #include <vtkNew.h>
 #include <vtkPointData.h>
+#include <vtkPointDataToCellData.h>
 #include <vtkPoints.h>
 #include <vtkPolyData.h>
 #include <vtkSTLReader.h>
 #include <vtkSTLWriter.h>
 #include <vtkSmartPointer.h>
 #include <vtkUnstructuredGrid.h>
+#include <vtkXMLPolyDataReader.h>
+#include <vtkXMLPolyDataWriter.h>
 #include <vtkXMLUnstructuredGridReader.h>
 #include <vtkXMLUnstructuredGridWriter.h>
 
@@ -38,6 +42,28 @@ torch::Tensor to_tensor(vtkDataArray* a, const std::string& where) {
   }
   TORCH_CHECK(n > 0, where, " is empty");
   return t;
+}
+
+std::string array_names(vtkDataSet* data) {
+  std::string have;
+  for (int i = 0; i < data->GetPointData()->GetNumberOfArrays(); ++i) {
+    have += std::string(have.empty() ? "" : ", ") + data->GetPointData()->GetArrayName(i);
+  }
+  for (int i = 0; i < data->GetCellData()->GetNumberOfArrays(); ++i) {
+    have +=
+        std::string(have.empty() ? "" : ", ") + data->GetCellData()->GetArrayName(i) + " (cell)";
+  }
+  return have.empty() ? "no fields" : have;
+}
+
+vtkNew<vtkFloatArray> to_array(const std::string& name, const torch::Tensor& t_in, int64_t rows) {
+  auto t = t_in.to(torch::kFloat).reshape({rows, -1}).contiguous();
+  vtkNew<vtkFloatArray> a;
+  a->SetName(name.c_str());
+  a->SetNumberOfComponents(static_cast<int>(t.size(1)));
+  a->SetNumberOfTuples(rows);
+  std::memcpy(a->GetPointer(0), t.data_ptr<float>(), sizeof(float) * t.numel());
+  return a;
 }
 
 void rename_into_place(const std::string& tmp, const std::string& path) {
@@ -75,17 +101,8 @@ VolumeMesh read_vtu(const std::string& path, const std::vector<std::string>& fie
       }
       a = moved->GetPointData()->GetArray(name.c_str());
     }
-    if (a == nullptr) {
-      std::string have;
-      for (int i = 0; i < grid->GetPointData()->GetNumberOfArrays(); ++i) {
-        have += std::string(have.empty() ? "" : ", ") + grid->GetPointData()->GetArrayName(i);
-      }
-      for (int i = 0; i < grid->GetCellData()->GetNumberOfArrays(); ++i) {
-        have += std::string(have.empty() ? "" : ", ") + grid->GetCellData()->GetArrayName(i) +
-                " (cell)";
-      }
-      TORCH_CHECK(false, "vtk: '", path, "' has no field '", name, "' (it has: ", have, ")");
-    }
+    TORCH_CHECK(a != nullptr, "vtk: '", path, "' has no field '", name,
+                "' (it has: ", array_names(grid), ")");
     auto t = to_tensor(a, "vtk: '" + path + "' field '" + name + "'");
     TORCH_CHECK(t.size(0) == out.points.size(0), "vtk: '", path, "' field '", name, "' has ",
                 t.size(0), " values for ", out.points.size(0), " points");
@@ -108,19 +125,102 @@ void write_vtu(const std::string& path, const torch::Tensor& points_in,
   vtkNew<vtkCellArray> cells;
   for (vtkIdType i = 0; i < n; ++i) cells->InsertNextCell(1, &i);
   grid->SetCells(VTK_VERTEX, cells);
-  for (const auto& [name, t_in] : fields) {
-    auto t = t_in.to(torch::kFloat).reshape({n, -1}).contiguous();
-    vtkNew<vtkFloatArray> a;
-    a->SetName(name.c_str());
-    a->SetNumberOfComponents(static_cast<int>(t.size(1)));
-    a->SetNumberOfTuples(n);
-    std::memcpy(a->GetPointer(0), t.data_ptr<float>(), sizeof(float) * t.numel());
-    grid->GetPointData()->AddArray(a);
-  }
+  for (const auto& [name, t] : fields) grid->GetPointData()->AddArray(to_array(name, t, n));
   const std::string tmp = path + ".tmp.vtu";
   vtkNew<vtkXMLUnstructuredGridWriter> writer;
   writer->SetFileName(tmp.c_str());
   writer->SetInputData(grid);
+  writer->SetDataModeToAppended();
+  writer->EncodeAppendedDataOff();
+  TORCH_CHECK(writer->Write() == 1, "vtk: writing '", tmp, "' failed");
+  rename_into_place(tmp, path);
+}
+
+SurfaceData read_vtp(const std::string& path, const std::vector<std::string>& field_names) {
+  TORCH_CHECK(fs::is_regular_file(path), "vtk: '", path, "' does not exist");
+  TORCH_CHECK(fs::file_size(path) > 0, "vtk: '", path, "' is empty");
+  vtkNew<vtkXMLPolyDataReader> reader;
+  reader->SetFileName(path.c_str());
+  reader->Update();
+  vtkPolyData* poly = reader->GetOutput();
+  TORCH_CHECK(reader->GetErrorCode() == 0 && poly != nullptr && poly->GetNumberOfPolys() > 0,
+              "vtk: '", path,
+              "' could not be read as a .vtp surface with polygons (truncated or not VTK XML?)");
+  TORCH_CHECK(poly->GetNumberOfStrips() == 0, "vtk: '", path,
+              "' holds triangle strips; convert them to polygons (vtkTriangleFilter)");
+  SurfaceData out;
+  out.mesh.name = path;
+  const vtkIdType nv = poly->GetNumberOfPoints();
+  out.mesh.vertices = torch::empty({nv, 3}, torch::kDouble);
+  auto* v = out.mesh.vertices.data_ptr<double>();
+  for (vtkIdType i = 0; i < nv; ++i) poly->GetPoint(i, v + 3 * i);
+  vtkCellArray* polys = poly->GetPolys();
+  const vtkIdType nc = polys->GetNumberOfCells();
+  out.mesh.offsets = torch::empty({nc + 1}, torch::kLong);
+  out.mesh.connectivity = torch::empty({polys->GetNumberOfConnectivityIds()}, torch::kLong);
+  auto* off = out.mesh.offsets.data_ptr<int64_t>();
+  auto* conn = out.mesh.connectivity.data_ptr<int64_t>();
+  for (vtkIdType c = 0; c <= nc; ++c) off[c] = polys->GetOffsetsArray()->GetComponent(c, 0);
+  for (vtkIdType k = 0; k < polys->GetNumberOfConnectivityIds(); ++k) {
+    conn[k] = static_cast<int64_t>(polys->GetConnectivityArray()->GetComponent(k, 0));
+  }
+  // Cell data of a vtkPolyData runs over verts, lines, polys, strips in that
+  // order; a surface of polygons only has polys.
+  const vtkIdType skipped = poly->GetNumberOfVerts() + poly->GetNumberOfLines();
+  vtkSmartPointer<vtkPolyData> moved;
+  for (const auto& name : field_names) {
+    vtkDataArray* a = poly->GetCellData()->GetArray(name.c_str());
+    if (a == nullptr && poly->GetPointData()->GetArray(name.c_str()) != nullptr) {
+      if (!moved) {
+        vtkNew<vtkPointDataToCellData> p2c;
+        p2c->SetInputData(poly);
+        p2c->Update();
+        moved = vtkPolyData::SafeDownCast(p2c->GetOutput());
+      }
+      a = moved->GetCellData()->GetArray(name.c_str());
+    }
+    TORCH_CHECK(a != nullptr, "vtk: '", path, "' has no field '", name,
+                "' (it has: ", array_names(poly), ")");
+    auto t = to_tensor(a, "vtk: '" + path + "' field '" + name + "'");
+    TORCH_CHECK(t.size(0) == skipped + nc, "vtk: '", path, "' field '", name, "' has ", t.size(0),
+                " values for ", nc, " polygons");
+    out.cell_fields[name] = t.narrow(0, skipped, nc).contiguous();
+  }
+  return out;
+}
+
+void write_vtp(const std::string& path, const SurfaceMesh& mesh,
+               const std::vector<std::pair<std::string, torch::Tensor>>& cell_fields) {
+  const auto vertices = mesh.vertices.to(torch::kDouble).contiguous();
+  const auto offsets = mesh.offsets.to(torch::kLong).contiguous();
+  const auto connectivity = mesh.connectivity.to(torch::kLong).contiguous();
+  const int64_t nc = mesh.num_cells();
+  vtkNew<vtkPoints> pts;
+  pts->SetDataTypeToFloat();
+  pts->SetNumberOfPoints(vertices.size(0));
+  const double* vp = vertices.data_ptr<double>();
+  for (int64_t i = 0; i < vertices.size(0); ++i) pts->SetPoint(i, vp + 3 * i);
+  vtkNew<vtkIdTypeArray> off, conn;
+  off->SetNumberOfValues(nc + 1);
+  const int64_t* op = offsets.data_ptr<int64_t>();
+  for (int64_t c = 0; c <= nc; ++c) off->SetValue(c, op[c]);
+  conn->SetNumberOfValues(connectivity.numel());
+  const int64_t* cp = connectivity.data_ptr<int64_t>();
+  for (int64_t k = 0; k < connectivity.numel(); ++k) conn->SetValue(k, cp[k]);
+  vtkNew<vtkCellArray> polys;
+  polys->SetData(off, conn);
+  vtkNew<vtkPolyData> poly;
+  poly->SetPoints(pts);
+  poly->SetPolys(polys);
+  for (const auto& [name, t] : cell_fields) {
+    TORCH_CHECK(t.size(0) == nc, "vtk: field '", name, "' for '", path, "' has ", t.size(0),
+                " rows for ", nc, " cells");
+    poly->GetCellData()->AddArray(to_array(name, t, nc));
+  }
+  const std::string tmp = path + ".tmp.vtp";
+  vtkNew<vtkXMLPolyDataWriter> writer;
+  writer->SetFileName(tmp.c_str());
+  writer->SetInputData(poly);
   writer->SetDataModeToAppended();
   writer->EncodeAppendedDataOff();
   TORCH_CHECK(writer->Write() == 1, "vtk: writing '", tmp, "' failed");

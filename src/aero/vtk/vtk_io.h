@@ -2,6 +2,7 @@
 // and triangle surfaces (.stl). Every failure names the file and the field.
 #pragma once
 
+#include "aero/geometry/surface_mesh.h"
 #include "aero/geometry/triangle_mesh.h"
 
 #include <torch/types.h>
@@ -25,6 +26,19 @@ VolumeMesh read_vtu(const std::string& path, const std::vector<std::string>& fie
 // temp file and rename. Binary appended, ParaView opens it.
 void write_vtu(const std::string& path, const torch::Tensor& points,
                const std::vector<std::pair<std::string, torch::Tensor>>& fields);
+
+// Surfaces (.vtp, DrivAerML's boundary_i.vtp): the polygons and the named
+// fields per cell; a field stored as point data is moved to the cells
+// (averaged over each cell's vertices). Triangle strips are not read.
+struct SurfaceData {
+  SurfaceMesh mesh;
+  std::map<std::string, torch::Tensor> cell_fields;  // name -> (C, K) float32
+};
+SurfaceData read_vtp(const std::string& path, const std::vector<std::string>& field_names);
+
+// Writes the polygons with per-cell fields (C rows each), atomically.
+void write_vtp(const std::string& path, const SurfaceMesh& mesh,
+               const std::vector<std::pair<std::string, torch::Tensor>>& cell_fields);
 
 TriangleMesh read_stl(const std::string& path);
 void write_stl(const std::string& path, const TriangleMesh& mesh);

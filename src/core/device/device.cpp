@@ -78,6 +78,12 @@ void reset_peak_memory(c10::Device device) {
 #endif
 }
 
+void empty_device_cache(c10::Device device) {
+#ifdef SLIPSTREAM_WITH_CUDA
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+}
+
 void synchronize_device(c10::Device device) {
 #ifdef SLIPSTREAM_WITH_CUDA
   if (device.is_cuda()) c10::cuda::device_synchronize();

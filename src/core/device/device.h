@@ -22,6 +22,9 @@ double memory_reserved_gib(c10::Device device);
 // in GiB.
 double peak_memory_gib(c10::Device device);
 void reset_peak_memory(c10::Device device);
+// Returns the caching allocator's unused blocks to the driver (CUDA), e.g.
+// after an out-of-memory error before retrying smaller.
+void empty_device_cache(c10::Device device);
 // Waits for all work on the device (CUDA) — only at the ends of epochs.
 void synchronize_device(c10::Device device);
 

@@ -18,6 +18,7 @@ namespace slipstream::aero {
 namespace {
 
 using testing::error_message_of;
+namespace fs = std::filesystem;
 
 // What a volume run needs of each sample.
 SampleCheck volume_check() {
@@ -114,6 +115,68 @@ TEST(DirectoryDatasetTest, RoundTripAndBadFilesNameTheFile) {
   const auto missing = error_message_of([&] { splits.train->get(2); });
   EXPECT_NE(missing.find("has no point field 'nut'"), std::string::npos) << missing;
   EXPECT_NE(missing.find(f2), std::string::npos) << missing;
+}
+
+TEST(SyntheticTest, SurfaceSampleIsPotentialFlowOnItsSphere) {
+  SyntheticOptions o;
+  o.kind = "surface";
+  o.points_per_sample = 5000;
+  const Sample s = make_synthetic_sample(2, o);
+  const double a = s.global_scalar("L_ref", 0) / 2;
+  const int64_t n = s.num_points();
+  EXPECT_NEAR(static_cast<double>(n), 5000.0, 200.0);
+  // Closed sphere: the areas sum to 4 pi a^2 (less the chord error).
+  EXPECT_NEAR(s.point("area").sum().item<double>(), 4 * M_PI * a * a, 0.01 * 4 * M_PI * a * a);
+  EXPECT_NEAR(s.global_scalar("A_ref", 0), M_PI * a * a, 1e-9);
+  // Cp = (p - p_inf) / q spans [1 - 9/4, 1]: stagnation 1, equator -1.25.
+  const double q = s.free_stream().dynamic_pressure();
+  const auto cp = s.point("pressure").to(torch::kDouble) / q;
+  EXPECT_NEAR(cp.max().item<double>(), 1.0, 0.01);
+  EXPECT_NEAR(cp.min().item<double>(), -1.25, 0.01);
+  // The friction lies in the wall (no normal part) and is smallest at the
+  // stagnation point, facing the flow.
+  const auto wss = s.point("wss").to(torch::kDouble);
+  const auto normals = s.point("normals").to(torch::kDouble);
+  EXPECT_LT((wss * normals).sum(1).abs().max().item<double>(), 1e-6 * q);
+  const auto stagnation = cp.argmax().item<int64_t>();
+  EXPECT_LT(wss[stagnation].norm().item<double>(), 0.1 * wss.norm(2, 1).max().item<double>());
+  // The mesh is kept for writing back: C cells.
+  EXPECT_EQ(s.mesh.at("offsets").size(0), n + 1);
+  // Surface layout and a file round-trip that keeps the mesh out of the fields.
+  EXPECT_EQ(layout_of(s).point_channels, synthetic_layout("surface").point_channels);
+  testing::TempDir dir;
+  write_sample_file(dir.file("s.safetensors"), s);
+  const Sample back = read_sample_file(dir.file("s.safetensors"));
+  EXPECT_TRUE(torch::equal(back.mesh.at("connectivity"), s.mesh.at("connectivity")));
+  EXPECT_EQ(back.point_data.count("mesh/vertices"), 0u);
+  EXPECT_EQ(read_sample_layout(dir.file("s.safetensors")).point_channels,
+            synthetic_layout("surface").point_channels);
+}
+
+TEST(DirectoryDatasetTest, ManifestSplitsInEitherFormAndUnknownSplitsAreNamed) {
+  testing::TempDir dir;
+  SyntheticOptions o;
+  o.points_per_sample = 300;
+  write_synthetic_directory(dir.path(), o, 2, 1);
+  // The recipe's form: no format key, run names, a test split.
+  fs::rename(dir.file("sample_00002.safetensors"), dir.file("run_7.safetensors"));
+  std::ofstream(dir.file("manifest.json"))
+      << R"({"train": ["sample_00000.safetensors", "sample_00001"], "val": [], )"
+      << R"("test": ["run_7"]})";
+  EXPECT_EQ(split_names(dir.path()), (std::vector<std::string>{"test", "train", "val"}));
+  auto test = open_split(dir.path(), "test");
+  ASSERT_EQ(test->size(), 1u);
+  EXPECT_NE(test->get(0).id.find("run_7.safetensors"), std::string::npos);
+  EXPECT_EQ(open_sample_directory(dir.path()).train->size(), 2u);
+  const auto unknown = error_message_of([&] { open_split(dir.path(), "holdout"); });
+  EXPECT_NE(unknown.find("holdout"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("test, train, val"), std::string::npos) << unknown;
+  std::ofstream(dir.file("manifest.json")) << R"({"train": ["run_8"]})";
+  const auto missing = error_message_of([&] { open_sample_directory(dir.path()); });
+  EXPECT_NE(missing.find("run_8"), std::string::npos) << missing;
+  std::ofstream(dir.file("manifest.json")) << R"({"format": "other", "train": []})";
+  EXPECT_NE(error_message_of([&] { open_sample_directory(dir.path()); }).find("other"),
+            std::string::npos);
 }
 
 TEST(SamplerTest, ShardsAreDisjointAndTheSameLengthOnEveryRank) {

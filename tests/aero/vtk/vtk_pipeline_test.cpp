@@ -214,5 +214,165 @@ TEST(VtkPipelineTest, MakeSyntheticPrepareTrainInferThenReadThePredictionBack) {
   EXPECT_EQ(j["precision"], "fp32");
 }
 
+FieldSchema surface_fields() {
+  FieldSpec p, w;
+  p.name = "pressure";
+  p.nondim = Nondim::kPressure;
+  w.name = "wss";
+  w.type = FieldType::kVector;
+  w.nondim = Nondim::kStress;
+  return FieldSchema({p, w});
+}
+
+TEST(SurfaceRunTest, SyntheticRunReadsBackWithItsReferencesAndTheCfdCoefficients) {
+  testing::TempDir dir;
+  SyntheticOptions o;
+  o.kind = "surface";
+  o.points_per_sample = 2000;
+  write_synthetic_vtk_runs(dir.path(), o, 1);
+  const std::string run = dir.file("run_0");
+  ASSERT_TRUE(fs::exists(run + "/boundary_0.vtp"));
+  std::vector<std::string> warnings;
+  const Sample s = read_raw_surface_run(run, surface_fields(), {}, &warnings);
+  EXPECT_TRUE(warnings.empty()) << warnings.front();
+  const Sample truth = make_synthetic_surface_sample(0, o);
+  ASSERT_EQ(s.num_points(), truth.num_points());
+  EXPECT_TRUE(torch::allclose(s.point("points"), truth.point("points"), 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(s.point("normals"), truth.point("normals"), 1e-4, 1e-4));
+  EXPECT_TRUE(torch::allclose(s.point("wss"), truth.point("wss")));
+  // L_ref and A_ref come from geo_ref_0.csv, the CFD's Cd from force_mom_0.csv.
+  EXPECT_NEAR(s.global_scalar("L_ref", 0), truth.global_scalar("L_ref", 1), 1e-12);
+  EXPECT_NEAR(s.global_scalar("A_ref", 0), truth.global_scalar("A_ref", 1), 1e-12);
+  ASSERT_TRUE(s.has_global("CD_cfd"));
+  ASSERT_TRUE(s.has_global("CL_cfd"));
+
+  // Inward normals are flipped back, with a warning naming the file.
+  SurfaceData d = read_vtp(run + "/boundary_0.vtp", {"pMeanTrim", "wallShearStressMeanTrim"});
+  flip_orientation(d.mesh);
+  write_vtp(run + "/boundary_0.vtp", d.mesh,
+            {{"pMeanTrim", d.cell_fields["pMeanTrim"]},
+             {"wallShearStressMeanTrim", d.cell_fields["wallShearStressMeanTrim"]}});
+  warnings.clear();
+  const Sample flipped = read_raw_surface_run(run, surface_fields(), {}, &warnings);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("boundary_0.vtp"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("inward"), std::string::npos) << warnings[0];
+  EXPECT_TRUE(torch::allclose(flipped.point("normals"), s.point("normals"), 1e-5, 1e-5));
+
+  // An open surface is reported; a missing field and a bad CSV are errors
+  // naming the file.
+  const int64_t keep = d.mesh.num_cells() - 40;
+  SurfaceMesh open = d.mesh;
+  open.offsets = d.mesh.offsets.narrow(0, 0, keep + 1).clone();
+  write_vtp(
+      run + "/boundary_0.vtp", open,
+      {{"pMeanTrim", d.cell_fields["pMeanTrim"].narrow(0, 0, keep)},
+       {"wallShearStressMeanTrim", d.cell_fields["wallShearStressMeanTrim"].narrow(0, 0, keep)}});
+  warnings.clear();
+  read_raw_surface_run(run, surface_fields(), {}, &warnings);
+  ASSERT_FALSE(warnings.empty());
+  EXPECT_NE(warnings.back().find("not closed"), std::string::npos) << warnings.back();
+  const auto missing = error_message_of([&] {
+    read_raw_surface_run(run, surface_fields(), {{"wss", "tauWall"}});
+  });
+  EXPECT_NE(missing.find("boundary_0.vtp"), std::string::npos) << missing;
+  EXPECT_NE(missing.find("tauWall"), std::string::npos) << missing;
+  std::ofstream(run + "/geo_ref_0.csv") << "lRef,aRef\n5.0,abc\n";
+  const auto bad = error_message_of([&] { read_raw_surface_run(run, surface_fields(), {}); });
+  EXPECT_NE(bad.find("geo_ref_0.csv"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("aRef"), std::string::npos) << bad;
+}
+
+std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+TEST(SurfacePipelineTest, MakeSyntheticPrepareTrainInferASplitThenReadItBack) {
+  testing::TempDir dir;
+  const std::string bin = std::getenv("SLIPSTREAM_BIN");
+  const std::string d = dir.path(), log = " >> " + d + "/log 2>&1";
+  const std::string tiny =
+      " device=cpu model.n_layers=1 model.n_hidden=32 model.n_head=2 model.slice_num=8";
+  ASSERT_EQ(sh(bin + " make-synthetic --format vtk --out " + d +
+               "/raw dataset=synthetic_surface dataset.num_train=4 dataset.num_val=2 "
+               "dataset.points_per_sample=1200" +
+               log),
+            0)
+      << d;
+  ASSERT_EQ(sh(bin + " prepare --in " + d + "/raw --out " + d +
+               "/prepared --val-fraction 0.34 dataset=prepared_surface" + log),
+            0)
+      << d;
+  ASSERT_EQ(sh(bin + " train model=transolver_surface dataset=prepared_surface dataset.path=" + d +
+               "/prepared dataset.sampling_resolution=512 training.num_epochs=1 run_id=r " +
+               "output_dir=" + d + "/runs" + tiny + log),
+            0)
+      << d;
+  // No test split in this manifest: the error lists the ones it has.
+  EXPECT_NE(sh(bin + " infer --checkpoint " + d + "/runs/r/checkpoints --split test --out " + d +
+               "/none --device cpu > " + d + "/err 2>&1"),
+            0);
+  std::ifstream err_in(d + "/err");
+  const std::string err((std::istreambuf_iterator<char>(err_in)), {});
+  EXPECT_NE(err.find("train, val"), std::string::npos) << err;
+  ASSERT_EQ(sh(bin + " infer --checkpoint " + d + "/runs/r --split val --out " + d +
+               "/infer --device cpu" + log),
+            0)
+      << d;
+
+  // Every val sample as a .vtp with the polygons and pred / true / error.
+  const auto records = read_jsonl(d + "/infer/metrics.jsonl");
+  std::vector<nlohmann::json> steps;
+  nlohmann::json summary, forces;
+  for (const auto& r : records) {
+    if (r["phase"] == "infer_step") steps.push_back(r);
+    if (r["phase"] == "infer_summary") summary = r;
+    if (r["phase"] == "infer_forces_summary") forces = r;
+  }
+  ASSERT_EQ(steps.size(), 2u);
+  for (const auto& step : steps) {
+    const std::string file = step["file"];
+    ASSERT_EQ(fs::path(file).extension(), ".vtp");
+    const auto sd = read_vtp(file, {"pressure_pred", "pressure_true", "pressure_error", "wss_pred",
+                                    "wss_true", "wss_error"});
+    EXPECT_EQ(sd.mesh.num_cells(), step["points"].get<int64_t>());
+    EXPECT_EQ(sd.cell_fields.at("wss_pred").size(1), 3);
+    EXPECT_TRUE(torch::allclose(
+        sd.cell_fields.at("pressure_error"),
+        sd.cell_fields.at("pressure_pred") - sd.cell_fields.at("pressure_true"), 1e-5, 1e-6));
+    EXPECT_EQ(step["chunks"], 1);  // the whole surface in one pass
+    EXPECT_TRUE(step["metrics"].contains("wss_l2"));
+    for (const char* which : {"pred", "true", "cfd"}) {
+      EXPECT_TRUE(step["forces"][which].contains("CD")) << which << step.dump();
+    }
+    // The true fields' integral is the CFD's own coefficient (here exact).
+    EXPECT_NEAR(step["forces"]["true"]["CD"].get<double>(),
+                step["forces"]["cfd"]["CD"].get<double>(), 1e-3);
+  }
+  ASSERT_TRUE(summary.is_object());
+  EXPECT_EQ(summary["samples"], 2);
+  ASSERT_TRUE(forces.is_object());
+  for (const char* c : {"CD", "CL", "CS", "CMR", "CMP", "CMY"}) {
+    ASSERT_TRUE(forces["coefficients"].contains(c)) << c;
+    for (const char* k : {"pred_mean", "true_mean", "mae", "r2"}) {
+      EXPECT_TRUE(forces["coefficients"][c].contains(k)) << c << " " << k;
+    }
+  }
+  EXPECT_TRUE(forces["integrated_vs_cfd"].contains("CD"));
+  std::ifstream svg_in(d + "/infer/forces.svg");
+  const std::string svg((std::istreambuf_iterator<char>(svg_in)), {});
+  size_t points = 0;
+  for (size_t at = svg.find("class=\"point\""); at != std::string::npos;
+       at = svg.find("class=\"point\"", at + 1)) {
+    ++points;
+  }
+  EXPECT_EQ(points, 4u);  // CD and CL of two samples
+  EXPECT_NE(svg.find("class=\"identity\""), std::string::npos);
+  EXPECT_NE(svg.find("R\u00b2"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace slipstream::aero

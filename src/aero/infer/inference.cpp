@@ -1,0 +1,166 @@
+#include "aero/infer/inference.h"
+
+#include "core/device/device.h"
+
+#include <c10/util/Exception.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+
+namespace slipstream::aero {
+
+ForceFields force_fields(const FieldSchema& fields) {
+  ForceFields out;
+  for (size_t i = 0; i < fields.size(); ++i) {
+    const auto& f = fields.fields()[i];
+    if (f.nondim == Nondim::kPressure && f.type == FieldType::kScalar && out.pressure < 0) {
+      out.pressure = static_cast<int>(i);
+    }
+    if (f.nondim == Nondim::kStress && f.type == FieldType::kVector && out.wss < 0) {
+      out.wss = static_cast<int>(i);
+    }
+  }
+  return out;
+}
+
+std::map<std::string, double> surface_forces(const Sample& s, const torch::Tensor& physical,
+                                             const FieldSchema& fields,
+                                             const ForceSettings& settings) {
+  const ForceFields which = force_fields(fields);
+  TORCH_CHECK(which.available(), "forces: the targets (", fields.names().size(),
+              ") need a scalar with nondim 'pressure' and a vector with nondim 'stress'");
+  TORCH_CHECK(s.has_point("normals") && s.has_point("area"), "forces: sample '", s.id,
+              "' is not a surface sample (it has no normals and area per cell)");
+  const FreeStream fs = s.free_stream();
+  const double q = fs.dynamic_pressure();
+  TORCH_CHECK(q > 0, "forces: sample '", s.id, "' has a zero free-stream dynamic pressure");
+  const auto p =
+      physical.narrow(1, fields.offset(static_cast<size_t>(which.pressure)), 1).to(torch::kDouble);
+  const auto tau =
+      physical.narrow(1, fields.offset(static_cast<size_t>(which.wss)), 3).to(torch::kDouble);
+  const auto u = s.global("U_inf").to(torch::kDouble);
+  const Vec3 flow{u[0].item<double>(), u[1].item<double>(), u[2].item<double>()};
+  const ForceOptions o =
+      settings.for_sample(s.id, s.global_scalar("A_ref", 0.0), s.global_scalar("L_ref", 0.0));
+  return force_coefficients(s.point("points"), s.point("normals"), s.point("area"), (p - fs.p) / q,
+                            tau / q, flow, o);
+}
+
+namespace {
+torch::Tensor predict_fitting(const TrainedModel& trained, const Sample& sample, bool surface,
+                              int64_t& chunks) {
+  const int64_t n = sample.num_points();
+  int64_t chunk = surface ? n : std::max<int64_t>(1, trained.spec.settings.sampling_resolution);
+  while (true) {
+    try {
+      chunks = (n + chunk - 1) / chunk;
+      return trained.predict(sample, chunk);
+    } catch (const c10::OutOfMemoryError&) {
+      TORCH_CHECK(surface && chunk > 1024, "infer: sample '", sample.id,
+                  "' does not fit on the device even in chunks of ", chunk, " points");
+      chunk = (chunk + 1) / 2;
+      empty_device_cache(trained.device);
+    }
+  }
+}
+}  // namespace
+
+SampleInference infer_sample(const TrainedModel& trained, const Sample& sample) {
+  const bool surface = sample.has_point("normals") && sample.has_point("area");
+  SampleInference r;
+  r.id = sample.id;
+  r.points = sample.num_points();
+  const auto t0 = std::chrono::steady_clock::now();
+  r.prediction = predict_fitting(trained, sample, surface, r.chunks);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto& fields = trained.fields;
+  std::vector<torch::Tensor> truth;
+  for (size_t i = 0; i < fields.size(); ++i) {
+    const auto& f = fields.fields()[i];
+    const auto pred = r.prediction.narrow(1, fields.offset(i), f.channels()).to(torch::kDouble);
+    const auto t = sample.point(f.name).to(torch::kDouble);
+    truth.push_back(t.to(torch::kFloat));
+    const auto err = pred - t;
+    r.metrics[f.name + "_l2"] = (err.norm() / t.norm().clamp_min(1e-300)).item<double>();
+    r.metrics[f.name + "_mae"] = err.abs().mean().item<double>();
+  }
+  const auto& forces = trained.spec.settings.forces;
+  if (surface && forces.enabled && force_fields(fields).available()) {
+    r.forces_pred = surface_forces(sample, r.prediction, fields, forces);
+    r.forces_true = surface_forces(sample, torch::cat(truth, 1), fields, forces);
+    for (const char* c : {"CD", "CL", "CS"}) {
+      const std::string key = std::string(c) + "_cfd";
+      if (sample.has_global(key)) r.forces_cfd[c] = sample.global_scalar(key, NAN);
+    }
+  }
+  return r;
+}
+
+nlohmann::json infer_step_record(const SampleInference& r, size_t index) {
+  nlohmann::json j{{"index", index},     {"sample", r.id},       {"points", r.points},
+                   {"chunks", r.chunks}, {"seconds", r.seconds}, {"metrics", r.metrics}};
+  if (!r.forces_pred.empty()) {
+    j["forces"] = {{"pred", r.forces_pred}, {"true", r.forces_true}};
+    if (!r.forces_cfd.empty()) j["forces"]["cfd"] = r.forces_cfd;
+  }
+  return j;
+}
+
+SplitSummary summarize_split(const std::vector<SampleInference>& results,
+                             const std::string& split) {
+  SplitSummary out;
+  std::map<std::string, double> sums;
+  double seconds = 0;
+  int64_t points = 0;
+  for (const auto& r : results) {
+    for (const auto& [k, v] : r.metrics) sums[k] += v;
+    seconds += r.seconds;
+    points += r.points;
+  }
+  nlohmann::json means = nlohmann::json::object();
+  for (const auto& [k, v] : sums) means[k] = v / static_cast<double>(results.size());
+  out.summary = {{"split", split},
+                 {"samples", results.size()},
+                 {"points", points},
+                 {"seconds", seconds},
+                 {"metrics", means}};
+  std::vector<std::map<std::string, double>> pred, truth, cfd_truth, cfd;
+  for (const auto& r : results) {
+    if (r.forces_pred.empty()) continue;
+    pred.push_back(r.forces_pred);
+    truth.push_back(r.forces_true);
+    if (!r.forces_cfd.empty()) {
+      cfd.push_back(r.forces_cfd);
+      std::map<std::string, double> integrated;
+      for (const auto& [k, v] : r.forces_cfd) integrated[k] = r.forces_true.at(k);
+      cfd_truth.push_back(integrated);
+    }
+  }
+  if (pred.empty()) return out;
+  out.coefficients = summarize_coefficients(pred, truth);
+  nlohmann::json coeffs = nlohmann::json::object();
+  for (const auto& [name, c] : out.coefficients) {
+    coeffs[name] = {{"pred_mean", c.pred_mean},
+                    {"true_mean", c.true_mean},
+                    {"mae", c.mae},
+                    {"r2", c.r2},
+                    {"samples", c.samples}};
+  }
+  out.forces = {{"split", split}, {"samples", pred.size()}, {"coefficients", coeffs}};
+  if (!cfd.empty()) {
+    // The integration checked on the data: the true fields' integral
+    // against the CFD's own coefficients.
+    nlohmann::json check = nlohmann::json::object();
+    for (const auto& [name, c] : summarize_coefficients(cfd_truth, cfd)) {
+      check[name] = {{"integrated_mean", c.pred_mean},
+                     {"cfd_mean", c.true_mean},
+                     {"mae", c.mae},
+                     {"samples", c.samples}};
+    }
+    out.forces["integrated_vs_cfd"] = check;
+  }
+  return out;
+}
+
+}  // namespace slipstream::aero
