@@ -5,7 +5,25 @@
 
 #include <algorithm>
 
+#ifdef SLIPSTREAM_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "aero/model/kernels/ball_query_kernels.h"
+#endif
+
 namespace slipstream::aero {
+
+bool uses_ball_query_kernel(const at::Tensor& points, const at::Tensor& queries, int64_t k) {
+#ifdef SLIPSTREAM_WITH_CUDA
+  return points.is_cuda() && queries.device() == points.device() &&
+         points.scalar_type() == at::kFloat && queries.scalar_type() == at::kFloat &&
+         k <= ball_query_kernels::kMaxNeighbors && points.size(1) < (int64_t{1} << 31);
+#else
+  (void)points, (void)queries, (void)k;
+  return false;
+#endif
+}
 
 BallQueryResult ball_query(const at::Tensor& points, const at::Tensor& queries, double radius,
                            int64_t k, int64_t max_elements) {
@@ -22,6 +40,19 @@ BallQueryResult ball_query(const at::Tensor& points, const at::Tensor& queries, 
                 "ball query: non-finite (NaN or Inf) point coordinates");
   }
   const int64_t b = points.size(0), n = points.size(1), m = queries.size(1);
+#ifdef SLIPSTREAM_WITH_CUDA
+  if (uses_ball_query_kernel(points, queries, k)) {
+    const c10::cuda::CUDAGuard guard(points.device());
+    const auto p = points.contiguous(), q = queries.contiguous();
+    auto indices = at::empty({b, m, k}, p.options().dtype(at::kLong));
+    auto neighbors = at::empty({b, m, k, 3}, p.options());
+    ball_query_kernels::ball_query(p.data_ptr<float>(), q.data_ptr<float>(), b, n, m,
+                                   static_cast<float>(radius), static_cast<int>(k),
+                                   indices.data_ptr<int64_t>(), neighbors.data_ptr<float>(),
+                                   at::cuda::getCurrentCUDAStream(p.get_device()).stream());
+    return {indices, neighbors};
+  }
+#endif
   const int64_t chunk = std::max<int64_t>(1, max_elements / std::max<int64_t>(1, b * n));
   std::vector<at::Tensor> index_parts, point_parts;
   for (int64_t begin = 0; begin < m; begin += chunk) {

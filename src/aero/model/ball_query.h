@@ -6,9 +6,12 @@
 //
 // Distances are Euclidean in the points' dtype (computed as
 // sqrt(sum of squared differences), as that search computes them), so the
-// same points are chosen. Queries are processed in chunks that bound the
-// (queries × points) distance matrix to `max_elements`. Where the radius
-// spans the domain this is a K-nearest-neighbour search over every point.
+// same points are chosen. On CUDA with fp32 points and K <= 128 a kernel
+// does the search (kernels/ball_query_kernels.h: no N·M buffer); otherwise
+// ATen's cdist + top-k, in query chunks that bound the (queries × points)
+// distance matrix to `max_elements` — the reference the kernel is tested
+// against. Where the radius spans the domain this is a K-nearest-neighbour
+// search over every point.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -23,6 +26,9 @@ struct BallQueryResult {
 // points (B, N, 3), queries (B, M, 3); K <= N. On CPU tensors, non-finite
 // coordinates are an error (on CUDA the loader's sample checks vouch for
 // them: checking here would read a value back).
+// Whether ball_query runs the CUDA kernel for these inputs.
+bool uses_ball_query_kernel(const at::Tensor& points, const at::Tensor& queries, int64_t k);
+
 BallQueryResult ball_query(const at::Tensor& points, const at::Tensor& queries, double radius,
                            int64_t k, int64_t max_elements = int64_t{1} << 28);
 

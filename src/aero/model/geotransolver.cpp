@@ -231,7 +231,7 @@ torch::Tensor GeoTransolverImpl::forward(const ModelInputs& inputs) {
 
 nlohmann::json GeoTransolverImpl::numerics(c10::Device device, bool bf16) const {
   return {{"gale_attention", "plain LibTorch"},
-          {"ball_query", device.is_cuda() ? "ATen cdist + top-k (chunked)" : "ATen cdist + top-k"},
+          {"ball_query", device.is_cuda() ? "CUDA kernel (tiled exact search)" : "ATen cdist + top-k"},
           {"layer_norm", bf16 && options_.bf16_layer_norm ? "bf16" : "fp32"}};
 }
 
