@@ -12,6 +12,7 @@
 #   surface    bench transolver_surface at 200k cells and geotransolver_surface
 #              (SURFACE_GEO_CELLS), then a full-resolution inference of a 9M-cell
 #              synthetic surface (SURFACE_INFER_CELLS)
+#   mdlus      export a fine-tuned model as .mdlus; torch.load and the fixture's names check it
 #   train      3 epochs of the volume config, then TensorBoard's own reader on the logs
 #   profile    bench --profile: device time per kernel (and the operators behind them)
 #   multi      2 GPUs: NCCL tests, bench on 1 and 2 GPUs, a 2-rank training
@@ -137,6 +138,22 @@ stage_surface() {
   log "surface: wrote the sample in $(( $(date +%s) - t0 )) s"
   $BIN infer --checkpoint runs/surface-infer/checkpoints --split train --data /tmp/surface-big \
     --out "$OUT/surface-infer" 2>&1 | tee -a "$OUT/summary.txt"
+}
+
+stage_mdlus() {
+  log "mdlus: export a model fine-tuned from PhysicsNeMo's checkpoint, read it with torch.load"
+  local fx=tests/fixtures
+  $BIN train model.init_from=$fx/transolver_small.mdlus model.n_layers=2 model.n_hidden=64 \
+    model.n_head=4 model.slice_num=16 dataset.num_train=2 dataset.num_val=1 \
+    training.num_epochs=1 run_id=mdlus-ft >"$OUT/mdlus_train.log" 2>&1 \
+    || { log "mdlus train FAILED"; tail -20 "$OUT/mdlus_train.log"; return 1; }
+  $BIN export --checkpoint runs/mdlus-ft --out /tmp/ft.mdlus 2>&1 | tee -a "$OUT/summary.txt"
+  python3 scripts/check_mdlus.py /tmp/ft.mdlus $fx/transolver_small.mdlus 2>&1 | tee -a "$OUT/summary.txt"
+  $BIN train model=geotransolver_small model.init_from=$fx/geotransolver_small_volume.mdlus \
+    dataset.num_train=2 dataset.num_val=1 training.num_epochs=1 run_id=mdlus-geo \
+    >"$OUT/mdlus_geo.log" 2>&1 || { log "mdlus geo train FAILED"; tail -8 "$OUT/mdlus_geo.log"; return 1; }
+  $BIN export --checkpoint runs/mdlus-geo --out /tmp/geo.mdlus 2>&1 | tee -a "$OUT/summary.txt"
+  python3 scripts/check_mdlus.py /tmp/geo.mdlus $fx/geotransolver_small_volume.mdlus 2>&1 | tee -a "$OUT/summary.txt"
 }
 
 stage_train() {

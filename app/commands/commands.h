@@ -33,6 +33,7 @@ Command add_make_synthetic(CLI::App& app, const CommandContext& context);
 Command add_prepare(CLI::App& app, const CommandContext& context);
 Command add_infer(CLI::App& app, const CommandContext& context);
 Command add_launch(CLI::App& app, const CommandContext& context);
+Command add_export(CLI::App& app, const CommandContext& context);
 
 // Fails naming the command when this build lacks VTK.
 [[noreturn]] void needs_vtk(const char* what);

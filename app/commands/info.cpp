@@ -1,5 +1,9 @@
 // slipstream info [key=value ...]: the resolved config, the model it builds,
 // its inputs' widths and its parameter count.
+// slipstream info --checkpoint FILE: the model a checkpoint holds — a
+// PhysicsNeMo .mdlus or ours (a file, checkpoints/ or a run directory) —
+// its class, PhysicsNeMo constructor arguments and parameter count.
+#include "aero/interop/mdlus.h"
 #include "aero/train/run.h"
 #include "commands/commands.h"
 
@@ -9,18 +13,43 @@
 #include <memory>
 
 namespace slipstream::app {
+namespace {
+
+int info_of_checkpoint(const std::string& path) {
+  aero::ModelPtr model;
+  std::string format;
+  if (aero::is_mdlus_path(path)) {
+    const auto file = aero::read_mdlus(path);
+    model = aero::build_from_mdlus(file);
+    format = "PhysicsNeMo .mdlus (mdlus_file_version " +
+             file.metadata.value("mdlus_file_version", std::string("?")) + ")";
+  } else {
+    model = aero::load_trained(path, c10::Device(c10::kCPU)).model;
+    format = "Slipstream checkpoint";
+  }
+  std::cout << "checkpoint: " << path << " (" << format << ")\n"
+            << "model: " << model->class_name() << " (" << model->physicsnemo_module() << ")\n"
+            << "args: " << model->physicsnemo_args().dump() << "\n"
+            << "parameters: " << model->parameter_count() << "\n";
+  return 0;
+}
+
+}  // namespace
 
 Command add_info(CLI::App& app, const CommandContext& context) {
   auto overrides = std::make_shared<std::vector<std::string>>();
+  auto checkpoint = std::make_shared<std::string>();
   auto* sub = app.add_subcommand("info", "print the resolved config and parameter count");
   sub->add_option("overrides", *overrides, "key=value config overrides");
-  return {sub, [overrides, &context] {
+  sub->add_option("--checkpoint", *checkpoint,
+                  "describe this checkpoint instead (.mdlus, checkpoint file or run directory)");
+  return {sub, [overrides, checkpoint, &context] {
+            if (!checkpoint->empty()) return info_of_checkpoint(*checkpoint);
             const auto config = aero::Config::load(context.config_dir, *overrides);
             const auto spec = aero::resolve_run_spec(config);
             const auto data = aero::open_datasets(spec);
             const auto shape = aero::model_shape(spec, data.train->layout());
-            torch::manual_seed(spec.settings.seed);
-            const auto model = aero::build_model(config, shape);
+            const auto model = aero::build_initial_model(config, shape, spec.settings.seed);
             config.check_known_keys();
             std::cout << config.to_yaml();
             std::cout << "model: " << model->class_name() << " (" << spec.model_config

@@ -63,6 +63,30 @@ TEST(CliTest, ASurfaceModelOnAVolumeDatasetFailsNamingWhatToPick) {
   EXPECT_NE(r.output.find("dataset=synthetic_surface"), std::string::npos) << r.output;
 }
 
+TEST(CliTest, InfoDescribesAPhysicsNeMoCheckpointAndAnExportedOne) {
+  const std::string mdlus = testing::fixtures_dir() + "/geotransolver_small_volume.mdlus";
+  const auto r = slipstream("info --checkpoint " + mdlus);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("model: GeoTransolver"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"radii\":[0.2,0.6]"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("parameters: 234367"), std::string::npos) << r.output;
+  // Train a tiny Transolver, export it, describe the export.
+  testing::TempDir dir;
+  ASSERT_EQ(slipstream("train output_dir=" + dir.path() + " run_id=x" + kTiny).code, 0);
+  const auto e =
+      slipstream("export --checkpoint " + dir.path() + "/x --out " + dir.path() + "/x.mdlus");
+  ASSERT_EQ(e.code, 0) << e.output;
+  const auto ours = slipstream("info --checkpoint " + dir.path() + "/x");
+  const auto exported = slipstream("info --checkpoint " + dir.path() + "/x.mdlus");
+  ASSERT_EQ(exported.code, 0) << exported.output;
+  auto tail = [](const std::string& s) { return s.substr(s.find("model: ")); };
+  EXPECT_EQ(tail(ours.output), tail(exported.output));
+  EXPECT_NE(exported.output.find("\"n_layers\":1"), std::string::npos) << exported.output;
+  const auto bad = slipstream("info --checkpoint " + dir.path() + "/none.mdlus");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.output.find("none.mdlus' does not exist"), std::string::npos) << bad.output;
+}
+
 TEST(CliTest, ConfigTypoFailsNamingTheKeyBeforeAnyWork) {
   testing::TempDir dir;
   const auto r = slipstream("train output_dir=" + dir.path() + " run_id=x training.nm_epochs=2");

@@ -229,10 +229,38 @@ torch::Tensor GeoTransolverImpl::forward(const ModelInputs& inputs) {
                  input(inputs, "local_positions"), input(inputs, "global_embedding"));
 }
 
+nlohmann::json GeoTransolverImpl::physicsnemo_args() const {
+  const auto& o = options_;
+  auto dim_or_none = [](int64_t d) { return d > 0 ? nlohmann::json(d) : nlohmann::json(nullptr); };
+  return {{"functional_dim", o.functional_dim},
+          {"out_dim", o.out_dim},
+          {"geometry_dim", dim_or_none(o.geometry_dim)},
+          {"global_dim", dim_or_none(o.global_dim)},
+          {"n_layers", o.n_layers},
+          {"n_hidden", o.n_hidden},
+          {"dropout", 0.0},
+          {"n_head", o.n_head},
+          {"act", "gelu"},
+          {"mlp_ratio", o.mlp_ratio},
+          {"slice_num", o.slice_num},
+          {"use_te", false},
+          {"time_input", false},
+          {"plus", false},
+          {"include_local_features", o.include_local_features},
+          {"radii", o.radii},
+          {"neighbors_in_radius", o.neighbors_in_radius},
+          {"n_hidden_local", o.n_hidden_local},
+          {"structured_shape", nullptr},
+          {"attention_type", "GALE"},
+          {"concrete_dropout", false},
+          {"state_mixing_mode", o.state_mixing_mode}};
+}
+
 nlohmann::json GeoTransolverImpl::numerics(c10::Device device, bool bf16) const {
-  return {{"gale_attention", "plain LibTorch"},
-          {"ball_query", device.is_cuda() ? "CUDA kernel (tiled exact search)" : "ATen cdist + top-k"},
-          {"layer_norm", bf16 && options_.bf16_layer_norm ? "bf16" : "fp32"}};
+  return {
+      {"gale_attention", "plain LibTorch"},
+      {"ball_query", device.is_cuda() ? "CUDA kernel (tiled exact search)" : "ATen cdist + top-k"},
+      {"layer_norm", bf16 && options_.bf16_layer_norm ? "bf16" : "fp32"}};
 }
 
 }  // namespace slipstream::aero

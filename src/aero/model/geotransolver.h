@@ -155,6 +155,10 @@ class GeoTransolverImpl : public Model {
     return {"global_embedding", "geometry", "local_embedding", "local_positions"};
   }
   std::string class_name() const override { return "GeoTransolver"; }
+  std::string physicsnemo_module() const override {
+    return "physicsnemo.models.geotransolver.geotransolver";
+  }
+  nlohmann::json physicsnemo_args() const override;
   nlohmann::json numerics(c10::Device device, bool bf16) const override;
   const GeoTransolverOptions& options() const { return options_; }
 

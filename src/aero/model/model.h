@@ -26,6 +26,10 @@ class Model : public torch::nn::Module {
   virtual torch::Tensor forward(const ModelInputs& inputs) = 0;
   // PhysicsNeMo's class name, e.g. "Transolver" (logged as the recipe does).
   virtual std::string class_name() const = 0;
+  // Where PhysicsNeMo defines the class, and the constructor arguments that
+  // build this model there (a .mdlus's args.json: `__module__`, `__args__`).
+  virtual std::string physicsnemo_module() const = 0;
+  virtual nlohmann::json physicsnemo_args() const = 0;
   // Which code paths the model's numerics take on `device` (bf16 autocast
   // or not), for the logs: e.g. {"physics_attention": "fused CUDA kernels"}.
   virtual nlohmann::json numerics(c10::Device device, bool bf16) const { return {}; }

@@ -78,18 +78,122 @@ ModelPtr build_geotransolver(const Config& c, const ModelShape& shape) {
   return GeoTransolver(m).ptr();
 }
 
+// args.json readers: `what` names the file.
+template <class T>
+T arg(const nlohmann::json& args, const char* key, const std::string& what) {
+  TORCH_CHECK(args.contains(key), "'", what, "': args.json has no '", key, "'");
+  try {
+    return args.at(key).get<T>();
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, "'", what, "': args.json '", key, "' is ", args.at(key).dump(), ": ",
+                e.what());
+  }
+}
+
+bool same_value(const nlohmann::json& a, const nlohmann::json& b) {
+  if (a.is_number() && b.is_number()) return a.get<double>() == b.get<double>();
+  if (a.is_array() && b.is_array()) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (!same_value(a[i], b[i])) return false;
+    }
+    return true;
+  }
+  return a == b;
+}
+
+// An argument Slipstream implements only at one value (absent: the default).
+void require_arg(const nlohmann::json& args, const char* key, const nlohmann::json& want,
+                 const std::string& what) {
+  if (!args.contains(key) || same_value(args.at(key), want)) return;
+  TORCH_CHECK(false, "'", what, "': args.json '", key, "' is ", args.at(key).dump(),
+              "; Slipstream implements only ", want.dump());
+}
+
+int64_t dim_arg(const nlohmann::json& args, const char* key, const std::string& what) {
+  return args.contains(key) && args.at(key).is_null() ? 0 : arg<int64_t>(args, key, what);
+}
+
+ModelPtr transolver_from_args(const nlohmann::json& a, const std::string& what) {
+  for (const auto& [key, want] :
+       std::vector<std::pair<const char*, nlohmann::json>>{{"dropout", 0.0},
+                                                           {"act", "gelu"},
+                                                           {"unified_pos", false},
+                                                           {"structured_shape", nullptr},
+                                                           {"use_te", false},
+                                                           {"time_input", false},
+                                                           {"plus", false}}) {
+    require_arg(a, key, want, what);
+  }
+  TransolverOptions m;
+  m.functional_dim = arg<int64_t>(a, "functional_dim", what);
+  m.embedding_dim = arg<int64_t>(a, "embedding_dim", what);
+  m.out_dim = arg<int64_t>(a, "out_dim", what);
+  m.n_layers = arg<int64_t>(a, "n_layers", what);
+  m.n_hidden = arg<int64_t>(a, "n_hidden", what);
+  m.n_head = arg<int64_t>(a, "n_head", what);
+  m.slice_num = arg<int64_t>(a, "slice_num", what);
+  m.mlp_ratio = arg<int64_t>(a, "mlp_ratio", what);
+  TORCH_CHECK(m.n_hidden > 0 && m.n_head > 0 && m.n_hidden % m.n_head == 0, "'", what,
+              "': args.json 'n_hidden' (", m.n_hidden, ") must be a multiple of 'n_head' (",
+              m.n_head, ")");
+  return Transolver(m).ptr();
+}
+
+ModelPtr geotransolver_from_args(const nlohmann::json& a, const std::string& what) {
+  for (const auto& [key, want] :
+       std::vector<std::pair<const char*, nlohmann::json>>{{"dropout", 0.0},
+                                                           {"act", "gelu"},
+                                                           {"structured_shape", nullptr},
+                                                           {"use_te", false},
+                                                           {"time_input", false},
+                                                           {"plus", false},
+                                                           {"attention_type", "GALE"},
+                                                           {"concrete_dropout", false}}) {
+    require_arg(a, key, want, what);
+  }
+  GeoTransolverOptions m;
+  m.functional_dim = arg<int64_t>(a, "functional_dim", what);
+  m.geometry_dim = dim_arg(a, "geometry_dim", what);
+  m.global_dim = dim_arg(a, "global_dim", what);
+  m.out_dim = arg<int64_t>(a, "out_dim", what);
+  m.n_layers = arg<int64_t>(a, "n_layers", what);
+  m.n_hidden = arg<int64_t>(a, "n_hidden", what);
+  m.n_head = arg<int64_t>(a, "n_head", what);
+  m.slice_num = arg<int64_t>(a, "slice_num", what);
+  m.mlp_ratio = arg<int64_t>(a, "mlp_ratio", what);
+  m.include_local_features = arg<bool>(a, "include_local_features", what);
+  m.radii = arg<std::vector<double>>(a, "radii", what);
+  m.neighbors_in_radius = arg<std::vector<int64_t>>(a, "neighbors_in_radius", what);
+  m.n_hidden_local = arg<int64_t>(a, "n_hidden_local", what);
+  m.state_mixing_mode = arg<std::string>(a, "state_mixing_mode", what);
+  TORCH_CHECK(m.n_hidden > 0 && m.n_head > 0 && m.n_hidden % m.n_head == 0, "'", what,
+              "': args.json 'n_hidden' (", m.n_hidden, ") must be a multiple of 'n_head' (",
+              m.n_head, ")");
+  TORCH_CHECK(m.radii.size() == m.neighbors_in_radius.size(), "'", what,
+              "': args.json 'radii' and 'neighbors_in_radius' differ in length");
+  TORCH_CHECK(m.state_mixing_mode == "weighted" || m.state_mixing_mode == "concat_project", "'",
+              what, "': args.json 'state_mixing_mode' is '", m.state_mixing_mode,
+              "', expected weighted or concat_project");
+  return GeoTransolver(m).ptr();
+}
+
 struct Family {
   const char* name;
   std::vector<std::string> inputs;
   std::function<ModelPtr(const Config&, const ModelShape&)> build;
+  const char* physicsnemo_class;
+  std::function<ModelPtr(const nlohmann::json&, const std::string&)> from_args;
 };
 
 const std::vector<Family>& families() {
   static const std::vector<Family> all = {
-      {"transolver", {"embedding", "fx"}, build_transolver},
+      {"transolver", {"embedding", "fx"}, build_transolver, "Transolver", transolver_from_args},
       {"geotransolver",
        {"global_embedding", "geometry", "local_embedding", "local_positions"},
-       build_geotransolver},
+       build_geotransolver,
+       "GeoTransolver",
+       geotransolver_from_args},
   };
   return all;
 }
@@ -123,6 +227,32 @@ ModelPtr build_model(const Config& config, const ModelShape& shape) {
   }
   TORCH_CHECK(false, "config: 'model.name' is '", name,
               "', expected one of: ", join(model_family_names()));
+}
+
+ModelPtr build_model_from_physicsnemo(const std::string& class_name, const nlohmann::json& args,
+                                      const std::string& what) {
+  std::vector<std::string> known;
+  for (const auto& f : families()) {
+    if (class_name == f.physicsnemo_class) return f.from_args(args, what);
+    known.emplace_back(f.physicsnemo_class);
+  }
+  TORCH_CHECK(false, "'", what, "': model class '", class_name,
+              "' is not one Slipstream builds; it builds: ", join(known));
+}
+
+std::vector<std::string> differing_args(const nlohmann::json& a, const nlohmann::json& b) {
+  std::vector<std::string> out;
+  for (const auto& [key, value] : a.items()) {
+    if (!b.contains(key)) {
+      out.push_back(key + ": " + value.dump() + " vs (absent)");
+    } else if (!same_value(value, b.at(key))) {
+      out.push_back(key + ": " + value.dump() + " vs " + b.at(key).dump());
+    }
+  }
+  for (const auto& [key, value] : b.items()) {
+    if (!a.contains(key)) out.push_back(key + ": (absent) vs " + value.dump());
+  }
+  return out;
 }
 
 }  // namespace slipstream::aero

@@ -183,6 +183,26 @@ torch::Tensor TransolverImpl::forward(const ModelInputs& inputs) {
   return forward(input(inputs, "embedding"), input(inputs, "fx"));
 }
 
+nlohmann::json TransolverImpl::physicsnemo_args() const {
+  const auto& o = options_;
+  return {{"functional_dim", o.functional_dim},
+          {"out_dim", o.out_dim},
+          {"embedding_dim", o.embedding_dim},
+          {"n_layers", o.n_layers},
+          {"n_hidden", o.n_hidden},
+          {"dropout", 0.0},
+          {"n_head", o.n_head},
+          {"act", "gelu"},
+          {"mlp_ratio", o.mlp_ratio},
+          {"slice_num", o.slice_num},
+          {"unified_pos", false},
+          {"ref", 8},
+          {"structured_shape", nullptr},
+          {"use_te", false},
+          {"time_input", false},
+          {"plus", false}};
+}
+
 nlohmann::json TransolverImpl::numerics(c10::Device device, bool bf16) const {
   const auto& m = options_;
   bool fused = false;

@@ -106,6 +106,10 @@ class TransolverImpl : public Model {
   torch::Tensor forward(const ModelInputs& inputs) override;
   std::vector<std::string> input_names() const override { return {"embedding", "fx"}; }
   std::string class_name() const override { return "Transolver"; }
+  std::string physicsnemo_module() const override {
+    return "physicsnemo.models.transolver.transolver";
+  }
+  nlohmann::json physicsnemo_args() const override;
   // physics_attention: "fused CUDA kernels" or "plain LibTorch"; layer_norm:
   // "bf16" or "fp32".
   nlohmann::json numerics(c10::Device device, bool bf16) const override;

@@ -1,5 +1,7 @@
 #include "aero/train/run.h"
 
+#include "aero/interop/mdlus.h"
+
 #include "core/device/device.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -202,8 +204,7 @@ std::unique_ptr<Run> build_run(const Config& config, const DistributedEnv& env) 
               " ranks");
   run->loader = loader_options(run->spec, run->device);
   run->shape = model_shape(run->spec, run->data.train->layout());
-  torch::manual_seed(s.seed);
-  run->model = build_model(config, run->shape);
+  run->model = build_initial_model(config, run->shape, s.seed);
   config.check_known_keys();  // every key was read by something, before any work
   run->model->to(run->device);
   if (run->world_size > 1) {
@@ -256,6 +257,19 @@ nlohmann::json Run::dataset_record() const {
           {"world_size", world_size},
           {"train", data.train->describe()},
           {"val", data.val->describe()}};
+}
+
+ModelPtr build_initial_model(const Config& config, const ModelShape& shape, uint64_t seed) {
+  torch::manual_seed(seed);
+  ModelPtr model = build_model(config, shape);
+  if (config.has("model.init_from") && !config.is_null("model.init_from")) {
+    const auto path = config.get<std::string>("model.init_from");
+    TORCH_CHECK(
+        is_mdlus_path(path), "config: 'model.init_from' is '", path,
+        "'; expected a PhysicsNeMo .mdlus (to continue a Slipstream run, resume its run_id)");
+    load_mdlus_weights(*model, read_mdlus(path));
+  }
+  return model;
 }
 
 TrainedModel load_trained(const std::string& checkpoint, c10::Device device) {

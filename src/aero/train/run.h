@@ -96,6 +96,12 @@ struct Run {
 // run_id.
 std::unique_ptr<Run> build_run(const Config& config, const DistributedEnv& env);
 
+// The model a run starts from: built from the config (seeded), then, when
+// `model.init_from` names a PhysicsNeMo .mdlus, given its weights (the
+// config must build the same model: else an error listing the
+// differences). A resumed run's checkpoint still wins over both.
+ModelPtr build_initial_model(const Config& config, const ModelShape& shape, uint64_t seed);
+
 // A trained model ready for inference, with what it was trained with.
 struct TrainedModel {
   ModelPtr model;
@@ -113,8 +119,9 @@ struct TrainedModel {
   torch::Tensor predict(const Sample& sample, int64_t chunk) const;
 };
 
-// `checkpoint` is a file or a checkpoints/ directory (its newest complete
-// checkpoint); the config is the run's resolved_config.yaml beside it.
+// `checkpoint` is a file, a checkpoints/ directory or a run directory (its
+// newest complete checkpoint); the config is the run's resolved_config.yaml
+// beside it.
 TrainedModel load_trained(const std::string& checkpoint, c10::Device device);
 
 }  // namespace slipstream::aero

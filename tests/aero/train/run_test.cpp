@@ -3,6 +3,8 @@
 // widths come from the input spec and the targets; load_trained rebuilds
 // what inference needs from the checkpoint alone.
 #include "aero/train/run.h"
+#include "aero/interop/mdlus.h"
+#include "aero/model/registry.h"
 #include "aero/train/trainer.h"
 #include "core/device/device.h"
 #include "support/recipe_support.h"
@@ -15,6 +17,8 @@
 #include <sys/wait.h>
 #include <array>
 #include <cstdio>
+#include <filesystem>
+#include <map>
 
 namespace slipstream::aero {
 namespace {
@@ -50,6 +54,42 @@ TEST(RunTest, PrecisionIsDecidedOnceFromTheSettingAndTheDevice) {
   EXPECT_EQ(inference_precision(Precision::kFp32, cuda), Precision::kFp32);
   EXPECT_EQ(inference_precision(Precision::kBf16, cuda), Precision::kBf16);
   EXPECT_EQ(inference_precision(Precision::kBf16, cpu), Precision::kFp32);
+}
+
+// model.init_from: the run starts from a PhysicsNeMo .mdlus's weights, and
+// export writes a .mdlus that reads back to the trained weights.
+TEST(RunTest, InitFromAMdlusStartsFromItsWeightsAndExportRoundTrips) {
+  testing::TempDir dir;
+  const std::string mdlus = testing::fixtures_dir() + "/transolver_small.mdlus";
+  const std::vector<std::string> same = {"model.n_layers=2", "model.n_hidden=64",
+                                         "model.n_head=4",   "model.slice_num=16",
+                                         "device=cpu",       "model.init_from=" + mdlus};
+  auto run = build_run(testing::load_config(tiny(dir.path(), same)), DistributedEnv{});
+  const auto file = read_mdlus(mdlus);
+  std::map<std::string, torch::Tensor> want(file.state.begin(), file.state.end());
+  for (const auto& p : run->model->named_parameters()) {
+    EXPECT_TRUE(torch::equal(p.value().detach(), want.at(p.key()))) << p.key();
+  }
+  // Another config: an error listing the differences, before any work.
+  auto other = same;
+  other[0] = "model.n_layers=1";
+  const auto msg = error_message_of(
+      [&] { build_run(testing::load_config(tiny(dir.path(), other)), DistributedEnv{}); });
+  EXPECT_NE(msg.find("n_layers: 1 vs 2"), std::string::npos) << msg;
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/r/checkpoints"));
+  // Train one epoch, export, read back: the checkpoint's weights, by name.
+  Trainer(*run).fit();
+  const auto trained = load_trained(dir.path() + "/r", c10::Device(c10::kCPU));
+  write_mdlus(dir.path() + "/out.mdlus", *trained.model);
+  const auto back = read_mdlus(dir.path() + "/out.mdlus");
+  std::map<std::string, torch::Tensor> got(back.state.begin(), back.state.end());
+  int64_t changed = 0;
+  for (const auto& p : trained.model->named_parameters()) {
+    EXPECT_TRUE(torch::equal(p.value().detach(), got.at(p.key()))) << p.key();
+    changed += !torch::equal(got.at(p.key()), want.at(p.key()));
+  }
+  EXPECT_GT(changed, 0);  // it trained from there
+  EXPECT_TRUE(differing_args(back.args, file.args).empty());
 }
 
 TEST(RunTest, ModelWidthsComeFromTheInputSpecAndTheTargets) {
