@@ -13,7 +13,10 @@
 //                forces.svg (predicted vs true CD and CL with y = x and R²),
 //                and a table on the console.
 // The model runs in the precision its checkpoint records (fp32 on a CPU).
+// A PhysicsNeMo .mdlus (--split only) takes the config it lacks from
+// configs/ and key=value overrides, which must build the file's model.
 #include "aero/infer/inference.h"
+#include "aero/interop/mdlus.h"
 #include "aero/train/run.h"
 #include "commands/commands.h"
 #include "commands/field_names.h"
@@ -45,6 +48,7 @@ namespace {
 
 struct InferOptions {
   std::string checkpoint, run_dir, split, data, out, device = "auto";
+  std::vector<std::string> overrides;  // with a .mdlus: the config it lacks
   FieldNameOptions fields;
 };
 
@@ -216,11 +220,29 @@ int run_single(const InferOptions& o, const aero::TrainedModel& trained, c10::De
 }
 #endif
 
-int run_infer(const InferOptions& o) {
+// A PhysicsNeMo .mdlus records no fields, statistics or inputs: the config
+// (configs/ plus the overrides) gives them.
+aero::TrainedModel load_mdlus(const InferOptions& o, const CommandContext& context,
+                              c10::Device device) {
+  TORCH_CHECK(!o.split.empty(),
+              "infer: a .mdlus predicts a split (--split NAME [--data DIR]);"
+              " for a raw run, prepare it first");
+  const auto config = aero::Config::load(context.config_dir, o.overrides);
+  const auto spec = aero::resolve_run_spec(config);
+  const auto layout = aero::open_named_split(spec, o.split, o.data)->layout();
+  return aero::trained_from_mdlus(o.checkpoint, config, layout, device);
+}
+
+int run_infer(const InferOptions& o, const CommandContext& context) {
   TORCH_CHECK(o.run_dir.empty() != o.split.empty(),
               "infer: give exactly one of --in RUN (a raw run) and --split NAME (a split)");
+  TORCH_CHECK(o.overrides.empty() || aero::is_mdlus_path(o.checkpoint),
+              "infer: key=value overrides apply to a .mdlus only; a Slipstream checkpoint "
+              "brings its own config");
   const c10::Device device = resolve_device(o.device, 0);
-  const aero::TrainedModel trained = aero::load_trained(o.checkpoint, device);
+  const aero::TrainedModel trained = aero::is_mdlus_path(o.checkpoint)
+                                         ? load_mdlus(o, context, device)
+                                         : aero::load_trained(o.checkpoint, device);
   if (!o.split.empty()) return run_split(o, trained, device);
 #ifdef SLIPSTREAM_WITH_VTK
   return run_single(o, trained, device);
@@ -231,20 +253,22 @@ int run_infer(const InferOptions& o) {
 
 }  // namespace
 
-Command add_infer(CLI::App& app, const CommandContext& /*context*/) {
+Command add_infer(CLI::App& app, const CommandContext& context) {
   auto o = std::make_shared<InferOptions>();
   auto* sub = app.add_subcommand(
       "infer", "predict a raw run (--in) or a whole split (--split) at full resolution");
   sub->add_option("--checkpoint", o->checkpoint,
-                  "checkpoint file, checkpoints/ directory or run directory")
+                  "checkpoint file, checkpoints/ directory, run directory or PhysicsNeMo .mdlus")
       ->required();
   sub->add_option("--in", o->run_dir, "a raw run directory (volume .vtu + .stl, or surface .vtp)");
   sub->add_option("--split", o->split, "a split of the sample directory: train, val, test, ...");
   sub->add_option("--data", o->data, "sample directory for --split (default: the run's)");
   sub->add_option("--out", o->out, "--in: output .vtu/.vtp; --split: output directory")->required();
   sub->add_option("--device", o->device, "auto, cpu or cuda");
+  sub->add_option("overrides", o->overrides,
+                  "with a .mdlus: key=value config (model.*, dataset=...) it lacks");
   o->fields.add_to(sub);
-  return {sub, [o]() -> int { return run_infer(*o); }};
+  return {sub, [o, &context]() -> int { return run_infer(*o, context); }};
 }
 
 }  // namespace slipstream::app

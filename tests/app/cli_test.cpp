@@ -8,6 +8,8 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 namespace slipstream {
 namespace {
@@ -82,6 +84,21 @@ TEST(CliTest, InfoDescribesAPhysicsNeMoCheckpointAndAnExportedOne) {
   auto tail = [](const std::string& s) { return s.substr(s.find("model: ")); };
   EXPECT_EQ(tail(ours.output), tail(exported.output));
   EXPECT_NE(exported.output.find("\"n_layers\":1"), std::string::npos) << exported.output;
+  // infer with the export, the config from overrides; a wrong one is named.
+  const std::string same =
+      " model.n_layers=1 model.n_hidden=32 model.n_head=2 model.slice_num=8"
+      " dataset.num_train=2 dataset.num_val=1 dataset.points_per_sample=400"
+      " --device cpu";
+  const auto inf = slipstream("infer --checkpoint " + dir.path() + "/x.mdlus --split val --out " +
+                              dir.path() + "/pred" + same);
+  ASSERT_EQ(inf.code, 0) << inf.output;
+  std::ifstream records(dir.path() + "/pred/metrics.jsonl");
+  const std::string jsonl((std::istreambuf_iterator<char>(records)), {});
+  EXPECT_NE(jsonl.find("\"phase\":\"infer_summary\""), std::string::npos) << jsonl;
+  const auto wrong = slipstream("infer --checkpoint " + dir.path() + "/x.mdlus --split val --out " +
+                                dir.path() + "/p2" + same + " model.n_layers=3");
+  EXPECT_NE(wrong.code, 0);
+  EXPECT_NE(wrong.output.find("n_layers: 3 vs 1"), std::string::npos) << wrong.output;
   const auto bad = slipstream("info --checkpoint " + dir.path() + "/none.mdlus");
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(bad.output.find("none.mdlus' does not exist"), std::string::npos) << bad.output;

@@ -272,6 +272,23 @@ ModelPtr build_initial_model(const Config& config, const ModelShape& shape, uint
   return model;
 }
 
+TrainedModel trained_from_mdlus(const std::string& path, const Config& config,
+                                const SampleLayout& layout, c10::Device device) {
+  const auto file = read_mdlus(path);
+  TrainedModel t;
+  t.spec = resolve_run_spec(config);
+  t.fields = t.spec.fields;
+  t.trained_precision = decide_precision(t.spec.settings.precision, device);
+  t.device = device;
+  t.precision = inference_precision(t.trained_precision, device);
+  t.model = build_model(config, model_shape(t.spec, layout));
+  load_mdlus_weights(*t.model, file);
+  t.checkpoint.path = path;
+  t.model->to(device);
+  t.model->eval();
+  return t;
+}
+
 TrainedModel load_trained(const std::string& checkpoint, c10::Device device) {
   TORCH_CHECK(fs::exists(checkpoint), "infer: checkpoint '", checkpoint, "' does not exist");
   fs::path ckpt = fs::absolute(checkpoint);

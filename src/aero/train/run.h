@@ -124,4 +124,11 @@ struct TrainedModel {
 // beside it.
 TrainedModel load_trained(const std::string& checkpoint, c10::Device device);
 
+// A PhysicsNeMo .mdlus ready for inference on samples of `layout`: the
+// config (model.* keys, the dataset's targets and statistics, precision)
+// supplies what the file does not record, and must build the file's model
+// (else the error lists the differences).
+TrainedModel trained_from_mdlus(const std::string& path, const Config& config,
+                                const SampleLayout& layout, c10::Device device);
+
 }  // namespace slipstream::aero
