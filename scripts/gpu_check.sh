@@ -12,6 +12,7 @@
 #   surface    bench transolver_surface at 200k cells and geotransolver_surface
 #              (SURFACE_GEO_CELLS), then a full-resolution inference of a 9M-cell
 #              synthetic surface (SURFACE_INFER_CELLS)
+#   exact      Transolver's exact chunked inference of a 2M- and a 20M-point volume
 #   mdlus      export a fine-tuned model as .mdlus; torch.load and the fixture's names check it
 #   train      3 epochs of the volume config, then TensorBoard's own reader on the logs
 #   profile    bench --profile: device time per kernel (and the operators behind them)
@@ -138,6 +139,24 @@ stage_surface() {
   log "surface: wrote the sample in $(( $(date +%s) - t0 )) s"
   $BIN infer --checkpoint runs/surface-infer/checkpoints --split train --data /tmp/surface-big \
     --out "$OUT/surface-infer" 2>&1 | tee -a "$OUT/summary.txt"
+}
+
+stage_exact() {
+  log "exact: Transolver chunked inference (two passes a layer) on a large synthetic volume"
+  build-gpu/tests/transolver_test --gtest_filter='*Chunk*' 2>&1 | grep -E "OK|FAILED|largest" \
+    | tee -a "$OUT/summary.txt"
+  $BIN train model=transolver_volume dataset=synthetic_volume dataset.num_train=2 \
+    dataset.num_val=1 training.num_epochs=1 run_id=exact >"$OUT/exact_train.log" 2>&1 \
+    || { log "exact train FAILED"; tail -20 "$OUT/exact_train.log"; return 1; }
+  for points in ${EXACT_POINTS:-2000000 20000000}; do
+    local t0=$(date +%s)
+    timeout ${EXACT_TIMEOUT:-240} $BIN make-synthetic --out /tmp/exact-$points dataset=synthetic_volume \
+      dataset.num_train=1 dataset.num_val=0 dataset.points_per_sample=$points 2>&1 | tail -1 \
+      | tee -a "$OUT/summary.txt"
+    log "exact: wrote the $points-point sample in $(( $(date +%s) - t0 )) s"
+    $BIN infer --checkpoint runs/exact --split train --data /tmp/exact-$points \
+      --out "$OUT/exact-$points" 2>&1 | grep -vE "^coef|^C[DLSM]" | tee -a "$OUT/summary.txt"
+  done
 }
 
 stage_mdlus() {

@@ -143,7 +143,9 @@ int run_split(const InferOptions& o, const aero::TrainedModel& trained, c10::Dev
     jsonl.write_document("infer_step", record);
     std::cout << "[" << i + 1 << "/" << dataset->size() << "] " << sample.id << ": " << r.points
               << (is_surface(sample) ? " cells" : " points") << " in " << r.seconds << " s ("
-              << r.chunks << (r.chunks == 1 ? " pass" : " passes") << ")";
+              << r.chunks << (r.chunks == 1 ? " pass" : " chunks")
+              << (trained.model->exact_in_chunks() || r.chunks == 1 ? "" : ", approximate")
+              << ", peak " << r.peak_memory_gib << " GiB)";
     if (!r.forces_pred.empty()) {
       std::cout << ", CD " << r.forces_pred.at("CD") << " (true " << r.forces_true.at("CD")
                 << "), CL " << r.forces_pred.at("CL") << " (true " << r.forces_true.at("CL") << ")";

@@ -71,9 +71,11 @@ SampleInference infer_sample(const TrainedModel& trained, const Sample& sample) 
   SampleInference r;
   r.id = sample.id;
   r.points = sample.num_points();
+  reset_peak_memory(trained.device);
   const auto t0 = std::chrono::steady_clock::now();
   r.prediction = predict_fitting(trained, sample, surface, r.chunks);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.peak_memory_gib = peak_memory_gib(trained.device);
   const auto& fields = trained.fields;
   std::vector<torch::Tensor> truth;
   for (size_t i = 0; i < fields.size(); ++i) {
@@ -98,8 +100,13 @@ SampleInference infer_sample(const TrainedModel& trained, const Sample& sample) 
 }
 
 nlohmann::json infer_step_record(const SampleInference& r, size_t index) {
-  nlohmann::json j{{"index", index},     {"sample", r.id},       {"points", r.points},
-                   {"chunks", r.chunks}, {"seconds", r.seconds}, {"metrics", r.metrics}};
+  nlohmann::json j{{"index", index},
+                   {"sample", r.id},
+                   {"points", r.points},
+                   {"chunks", r.chunks},
+                   {"seconds", r.seconds},
+                   {"metrics", r.metrics},
+                   {"peak_memory_gib", r.peak_memory_gib}};
   if (!r.forces_pred.empty()) {
     j["forces"] = {{"pred", r.forces_pred}, {"true", r.forces_true}};
     if (!r.forces_cfd.empty()) j["forces"]["cfd"] = r.forces_cfd;

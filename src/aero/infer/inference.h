@@ -8,7 +8,8 @@
 // A surface goes through the model in one no-grad pass where it fits; on
 // an out-of-memory error the pass is split in halves until it fits (and the
 // result says how many chunks it took). A volume goes in chunks of the
-// training resolution.
+// training resolution. For Transolver, chunks are exact (TrainedModel::
+// predict): the slice sums span every point whatever the chunk size.
 #pragma once
 
 #include "aero/forces/force_coefficients.h"
@@ -42,6 +43,7 @@ struct SampleInference {
   int64_t points = 0;
   int64_t chunks = 0;                     // model passes it took
   double seconds = 0;                     // model time (including the host copies)
+  double peak_memory_gib = 0;             // the device's peak during the model passes
   torch::Tensor prediction;               // (N, C) physical units
   std::map<std::string, double> metrics;  // <field>_l2 (relative L2), <field>_mae
   // Empty for a volume sample (or forces disabled / not derivable).

@@ -28,4 +28,8 @@ const torch::Tensor& Model::input(const ModelInputs& inputs, const std::string& 
   return it->second;
 }
 
+torch::Tensor Model::forward_in_chunks(const ModelInputs& /*inputs*/, int64_t /*chunk*/) {
+  TORCH_CHECK(false, "model: ", class_name(), " has no exact chunked forward");
+}
+
 }  // namespace slipstream::aero

@@ -37,6 +37,16 @@ class Model : public torch::nn::Module {
   // Copies tensors by state-dict name (`prefix` is prepended to each name
   // looked up); every parameter must be present with its shape, else a
   // c10::Error names it.
+  // Whether forward_in_chunks gives forward's result (to round-off) for
+  // any chunk size: a model whose every point sees every other only through
+  // sums can take two passes per layer (the sums over all chunks, then each
+  // chunk's output), so a sample of any size goes through in bounded memory.
+  virtual bool exact_in_chunks() const { return false; }
+  // forward(inputs) in chunks of `chunk` points (no grad; every per-point
+  // input (B, N, .) whole, on the model's device). Only where
+  // exact_in_chunks().
+  virtual torch::Tensor forward_in_chunks(const ModelInputs& inputs, int64_t chunk);
+
   void load_named(const std::map<std::string, torch::Tensor>& tensors,
                   const std::string& prefix = "");
   int64_t parameter_count() const;

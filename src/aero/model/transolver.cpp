@@ -112,6 +112,36 @@ torch::Tensor PhysicsAttentionImpl::forward(const torch::Tensor& x_in) {
   return linear(*out_linear, out.reshape({b, n, heads * dim_head}));
 }
 
+void PhysicsAttentionImpl::accumulate(const torch::Tensor& x_in, torch::Tensor& norm,
+                                      torch::Tensor& token) {
+  const int64_t b = x_in.size(0), n = x_in.size(1);
+  const auto x = autocast_input(x_in);
+  const auto x_mid = linear(*in_project_x, x).view({b, n, heads, dim_head});
+  const auto fx_mid = linear(*in_project_fx, x).view({b, n, heads, dim_head});
+  const auto w = slice_weights(x_mid).to(torch::kFloat);  // B n H G
+  if (!norm.defined()) {
+    norm = torch::zeros({b, heads, slices}, w.options());
+    token = torch::zeros({b, heads, slices, dim_head}, w.options());
+  }
+  norm.add_(w.sum(1));
+  token.add_(torch::einsum("bnhg,bnhc->bhgc", {w, fx_mid.to(torch::kFloat)}));
+}
+
+torch::Tensor PhysicsAttentionImpl::slice_outputs(const torch::Tensor& norm,
+                                                  const torch::Tensor& token) {
+  return slice_token_attention(token / (norm + eps).unsqueeze(-1), qkv_project->weight);
+}
+
+torch::Tensor PhysicsAttentionImpl::apply(const torch::Tensor& x_in,
+                                          const torch::Tensor& out_slice) {
+  const int64_t b = x_in.size(0), n = x_in.size(1);
+  const auto x = autocast_input(x_in);
+  const auto x_mid = linear(*in_project_x, x).view({b, n, heads, dim_head});
+  const auto w = slice_weights(x_mid);
+  const auto out = torch::einsum("bnhg,bhgc->bnhc", {w, out_slice.to(w.scalar_type())});
+  return linear(*out_linear, out.reshape({b, n, heads * dim_head}));
+}
+
 TransolverBlockImpl::TransolverBlockImpl(const TransolverOptions& o, bool last)
     : bf16_layer_norm(o.bf16_layer_norm) {
   const int64_t c = o.n_hidden;
@@ -138,6 +168,33 @@ torch::Tensor TransolverBlockImpl::forward(const torch::Tensor& x_in) {
                   norm(*ln_mlp2[0]->as<torch::nn::LayerNorm>(), x));
   }
   return x;
+}
+
+torch::Tensor TransolverBlockImpl::forward_in_chunks(torch::Tensor& x, int64_t chunk) {
+  TORCH_CHECK(chunk > 0, "model: chunk must be > 0");
+  const auto norm = [&](const torch::nn::LayerNormImpl& ln, const torch::Tensor& t) {
+    return layer_norm(ln, t, bf16_layer_norm);
+  };
+  const int64_t n = x.size(1);
+  torch::Tensor slice_norm, slice_token, out;
+  for (int64_t s = 0; s < n; s += chunk) {
+    Attn->accumulate(norm(*ln_1, x.narrow(1, s, std::min(chunk, n - s))), slice_norm, slice_token);
+  }
+  const auto out_slice = Attn->slice_outputs(slice_norm, slice_token);
+  for (int64_t s = 0; s < n; s += chunk) {
+    auto xc = x.narrow(1, s, std::min(chunk, n - s));
+    auto y = Attn->apply(norm(*ln_1, xc), out_slice) + xc;
+    y = ln_mlp1[1]->as<Mlp>()->forward(norm(*ln_mlp1[0]->as<torch::nn::LayerNorm>(), y)) + y;
+    if (!ln_mlp2.is_empty()) {
+      y = linear(*ln_mlp2[1]->as<torch::nn::Linear>(),
+                 norm(*ln_mlp2[0]->as<torch::nn::LayerNorm>(), y));
+      if (!out.defined()) out = torch::empty({x.size(0), n, y.size(-1)}, y.options());
+      out.narrow(1, s, y.size(1)).copy_(y);
+    } else {
+      xc.copy_(y);
+    }
+  }
+  return out;
 }
 
 TransolverImpl::TransolverImpl(TransolverOptions o) : options_(o) {
@@ -177,6 +234,28 @@ torch::Tensor TransolverImpl::forward(const torch::Tensor& embedding, const torc
   auto x = preprocess->forward(torch::cat({embedding, fx}, -1));
   for (const auto& block : *blocks) x = block->as<TransolverBlock>()->forward(x);
   return x;
+}
+
+torch::Tensor TransolverImpl::forward_in_chunks(const ModelInputs& inputs, int64_t chunk) {
+  TORCH_CHECK(chunk > 0, "model: chunk must be > 0");
+  torch::NoGradGuard no_grad;
+  const auto& embedding = input(inputs, "embedding");
+  const auto& fx = input(inputs, "fx");
+  TORCH_CHECK(embedding.dim() == 3 && fx.dim() == 3 && embedding.size(1) == fx.size(1),
+              "model: expected (B, N, E) and (B, N, F) inputs, got ", embedding.sizes(), " and ",
+              fx.sizes());
+  const int64_t n = embedding.size(1);
+  torch::Tensor x;  // (B, N, C): the hidden state of every point, one block at a time
+  for (int64_t s = 0; s < n; s += chunk) {
+    const int64_t len = std::min(chunk, n - s);
+    const auto h =
+        preprocess->forward(torch::cat({embedding.narrow(1, s, len), fx.narrow(1, s, len)}, -1));
+    if (!x.defined()) x = torch::empty({h.size(0), n, h.size(-1)}, h.options());
+    x.narrow(1, s, len).copy_(h);
+  }
+  torch::Tensor out;
+  for (const auto& block : *blocks) out = block->as<TransolverBlock>()->forward_in_chunks(x, chunk);
+  return out;
 }
 
 torch::Tensor TransolverImpl::forward(const ModelInputs& inputs) {

@@ -75,6 +75,14 @@ class PhysicsAttentionImpl : public torch::nn::Module {
   // Whether forward(x) takes the fused path for this x_mid.
   bool uses_fused(const torch::Tensor& x_mid) const;
 
+  // forward(x) over all N points in chunks, in two passes: accumulate()
+  // adds a chunk's slice sums (norm (B, H, G), token (B, H, G, D), fp32),
+  // slice_outputs() turns the totals into the attended slice tokens, and
+  // apply() gives a chunk's output from them. Plain LibTorch, no grad.
+  void accumulate(const torch::Tensor& x, torch::Tensor& norm, torch::Tensor& token);
+  torch::Tensor slice_outputs(const torch::Tensor& norm, const torch::Tensor& token);
+  torch::Tensor apply(const torch::Tensor& x, const torch::Tensor& out_slice);
+
   int64_t heads, dim_head, slices;
   double eps;
   bool fused;
@@ -88,6 +96,9 @@ class TransolverBlockImpl : public torch::nn::Module {
  public:
   TransolverBlockImpl(const TransolverOptions& o, bool last);
   torch::Tensor forward(const torch::Tensor& x);
+  // forward over x (B, N, C) in chunks of `chunk` points: x is updated in
+  // place; the last block returns its output (B, N, out_dim).
+  torch::Tensor forward_in_chunks(torch::Tensor& x, int64_t chunk);
 
   bool bf16_layer_norm;
   torch::nn::LayerNorm ln_1{nullptr};
@@ -110,6 +121,8 @@ class TransolverImpl : public Model {
     return "physicsnemo.models.transolver.transolver";
   }
   nlohmann::json physicsnemo_args() const override;
+  bool exact_in_chunks() const override { return true; }
+  torch::Tensor forward_in_chunks(const ModelInputs& inputs, int64_t chunk) override;
   // physics_attention: "fused CUDA kernels" or "plain LibTorch"; layer_norm:
   // "bf16" or "fp32".
   nlohmann::json numerics(c10::Device device, bool bf16) const override;

@@ -333,6 +333,22 @@ torch::Tensor TrainedModel::predict(const Sample& sample, int64_t chunk) const {
   lo.weight_field.clear();
   const Batch full = make_host_batch(sample, lo, spec.settings.seed);
   const int64_t n = sample.num_points();
+  if (model->exact_in_chunks()) {  // every point at once, in bounded memory
+    torch::NoGradGuard no_grad;
+    ModelInputs inputs;
+    std::map<const void*, torch::Tensor> on_device;  // shared inputs stay shared
+    for (const auto& [name, t] : full.inputs) {
+      auto& d = on_device[t.unsafeGetTensorImpl()];
+      if (!d.defined()) d = t.to(device);
+      inputs[name] = d;
+    }
+    torch::Tensor out;
+    {
+      AutocastGuard autocast(device, precision == Precision::kBf16);
+      out = model->forward_in_chunks(inputs, chunk);
+    }
+    return denormalize_targets(out.squeeze(0).to(torch::kFloat).cpu(), sample, fields);
+  }
   auto gen = at::detail::createCPUGenerator(spec.settings.seed + 17);
   const auto order = torch::randperm(n, gen, torch::TensorOptions().dtype(torch::kLong));
   auto prediction = torch::empty({n, fields.total_channels()}, torch::kFloat);

@@ -113,9 +113,12 @@ struct TrainedModel {
   CheckpointInfo checkpoint;
 
   // Every point of `sample` through the model (the dataset's transforms,
-  // no augmentation), in chunks of `chunk` points drawn in a fixed random
-  // order so that each chunk spans the whole body; (N, C) in physical units,
-  // in the fields' channel order.
+  // no augmentation); (N, C) in physical units, in the fields' channel
+  // order. A model exact in chunks (Transolver) sees every point at once,
+  // `chunk` points at a time (two passes a layer: the result does not depend
+  // on `chunk`); another (GeoTransolver) runs on chunks of `chunk` points
+  // drawn in a fixed random order, each spanning the whole body: an
+  // approximation wherever chunk < N.
   torch::Tensor predict(const Sample& sample, int64_t chunk) const;
 };
 

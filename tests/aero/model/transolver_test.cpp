@@ -6,7 +6,10 @@
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
+
 #include <torch/torch.h>
+#include <algorithm>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include <fstream>
@@ -103,6 +106,34 @@ TEST(TransolverTest, Bf16LayerNormSwitchChangesNothingWithoutAutocast) {
   off->load_named(named);
   const auto emb = torch::randn({1, 50, 7}), fx = torch::randn({1, 50, 3});
   EXPECT_TRUE(torch::equal(on->forward(emb, fx), off->forward(emb, fx)));
+}
+
+// Chunked inference is exact: every chunk size, 1 point and sizes that do
+// not divide N included, gives the unchunked forward to fp32 round-off
+// (sums taken in another order), with PhysicsNeMo's weights and inputs.
+TEST(TransolverTest, ChunkedForwardEqualsTheWholeForwardForAnyChunk) {
+  const auto f = read_safetensors(testing::fixtures_dir() + "/transolver_small.safetensors");
+  Transolver model(small_options(f));
+  std::map<std::string, torch::Tensor> named(f.tensors.begin(), f.tensors.end());
+  model->load_named(named, "param.");
+  ASSERT_TRUE(model->exact_in_chunks());
+  torch::NoGradGuard no_grad;
+  const auto whole = model->forward(f.at("input.embedding"), f.at("input.fx"));
+  const int64_t n = whole.size(1);  // 300
+  const ModelInputs inputs = {{"embedding", f.at("input.embedding")}, {"fx", f.at("input.fx")}};
+  double worst = 0;
+  for (const int64_t chunk : {int64_t{1}, int64_t{7}, int64_t{64}, n - 1, n, 2 * n}) {
+    const auto chunked = model->forward_in_chunks(inputs, chunk);
+    ASSERT_EQ(chunked.sizes(), whole.sizes()) << chunk;
+    worst = std::max(worst, relative_error(chunked, whole));
+    EXPECT_LT(relative_error(chunked, whole), 1e-6) << "chunk " << chunk;
+    EXPECT_LT(relative_error(chunked, f.at("output")), 1e-5) << "chunk " << chunk;
+  }
+  std::printf("chunked vs whole forward: largest relative error %.2e\n", worst);
+  // Chunks of one point are not independent points: each sees all 300.
+  auto alone =
+      model->forward(f.at("input.embedding").narrow(1, 0, 1), f.at("input.fx").narrow(1, 0, 1));
+  EXPECT_GT(relative_error(alone, whole.narrow(1, 0, 1)), 1e-3);
 }
 
 }  // namespace
