@@ -3,6 +3,7 @@
 // and the whole model on the GPU in fp32 against PhysicsNeMo's fixture.
 #include "aero/model/ball_query.h"
 #include "aero/model/geotransolver.h"
+#include "aero/model/registry.h"
 #include "core/device/device.h"
 #include "core/io/safetensors.h"
 
@@ -81,39 +82,23 @@ TEST(BallQueryKernelTest, MatchesTheReferencePathOnRandomClouds_CUDA) {
   }
 }
 
-GeoTransolverOptions options_of(const SafetensorsFile& f) {
-  const auto cfg = nlohmann::json::parse(f.metadata.at("config"));
-  GeoTransolverOptions o;
-  o.functional_dim = cfg["functional_dim"];
-  o.out_dim = cfg["out_dim"];
-  o.geometry_dim = cfg["geometry_dim"];
-  o.global_dim = cfg["global_dim"];
-  o.n_layers = cfg["n_layers"];
-  o.n_hidden = cfg["n_hidden"];
-  o.n_head = cfg["n_head"];
-  o.slice_num = cfg["slice_num"];
-  o.mlp_ratio = cfg["mlp_ratio"];
-  o.include_local_features = cfg["include_local_features"];
-  o.radii = cfg["radii"].get<std::vector<double>>();
-  o.neighbors_in_radius = cfg["neighbors_in_radius"].get<std::vector<int64_t>>();
-  o.n_hidden_local = cfg["n_hidden_local"];
-  o.state_mixing_mode = cfg["state_mixing_mode"];
-  return o;
-}
-
 TEST(GeoTransolverCudaTest, ReproducesPhysicsNeMoOnTheGpuInFp32_CUDA) {
   SKIP_WITHOUT_CUDA();
   for (const char* name :
        {"geotransolver_small_volume.safetensors", "geotransolver_small_surface.safetensors"}) {
     const auto f = read_safetensors(testing::fixtures_dir() + "/" + name);
-    GeoTransolver model(options_of(f));
+    // The fixture's config holds PhysicsNeMo's constructor arguments.
+    const auto model = build_model_from_physicsnemo(
+        "GeoTransolver", nlohmann::json::parse(f.metadata.at("config")), name);
     std::map<std::string, torch::Tensor> named(f.tensors.begin(), f.tensors.end());
     model->load_named(named, "param.");
     model->to(torch::kCUDA);
     torch::NoGradGuard no_grad;
-    const auto out =
-        model->forward(f.at("input.local_embedding").cuda(), f.at("input.geometry").cuda(),
-                       f.at("input.local_positions").cuda(), f.at("input.global_embedding").cuda());
+    ModelInputs inputs;
+    for (const char* in : {"local_embedding", "geometry", "local_positions", "global_embedding"}) {
+      inputs[in] = f.at(std::string("input.") + in).cuda();
+    }
+    const auto out = model->forward(inputs);
     EXPECT_LT(relative_error(out.cpu(), f.at("output")), 1e-4) << name;
   }
 }
