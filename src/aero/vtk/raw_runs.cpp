@@ -41,6 +41,40 @@ std::string only_file_with(const std::string& dir, const std::string& ext) {
   return found.front();
 }
 
+// The run's volume: its one .vtu, or the pieces DrivAerML ships it in
+// (NAME.vtu.00.part, NAME.vtu.01.part, ...: numbered from 00 with no gap),
+// in order.
+std::vector<std::string> volume_pieces(const std::string& dir) {
+  std::map<int, std::string> parts;
+  std::string stem;
+  size_t whole = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    const auto name = e.path().filename().string();
+    if (e.path().extension() == ".vtu") ++whole;
+    const auto at = name.rfind(".vtu.");
+    if (at == std::string::npos || e.path().extension() != ".part") continue;
+    const std::string number = name.substr(at + 5, name.size() - at - 5 - 5);
+    TORCH_CHECK(!number.empty() && number.find_first_not_of("0123456789") == std::string::npos,
+                "prepare: '", e.path().string(), "' is not a numbered piece (NAME.vtu.NN.part)");
+    TORCH_CHECK(stem.empty() || stem == name.substr(0, at), "prepare: run '", dir,
+                "' holds pieces of two volumes: '", stem, "' and '", name.substr(0, at), "'");
+    stem = name.substr(0, at);
+    parts[std::stoi(number)] = e.path().string();
+  }
+  if (parts.empty()) return {only_file_with(dir, ".vtu")};
+  TORCH_CHECK(whole == 0, "prepare: run '", dir, "' holds both a .vtu and pieces of '", stem,
+              ".vtu'; keep one");
+  std::vector<std::string> out;
+  for (const auto& [index, path] : parts) {
+    TORCH_CHECK(index == static_cast<int>(out.size()), "prepare: run '", dir, "': piece ",
+                out.size(), " of '", stem, ".vtu' is missing (found up to ", parts.rbegin()->first,
+                ")");
+    out.push_back(path);
+  }
+  return out;
+}
+
 // The file in `dir` whose name starts with `prefix` and ends with `ext`,
 // or "" when none; more than one is an error.
 std::string optional_file(const std::string& dir, const std::string& prefix,
@@ -147,7 +181,7 @@ Sample read_raw_run(const std::string& run_dir, const FieldSchema& targets,
   TORCH_CHECK(fs::is_directory(run_dir), "prepare: run directory '", run_dir, "' does not exist");
   const std::string meta_path = run_dir + "/metadata.json";
   const nlohmann::json meta = read_json(meta_path);
-  const auto vtu = only_file_with(run_dir, ".vtu");
+  const auto vtu = volume_pieces(run_dir);
   const auto stl = only_file_with(run_dir, ".stl");
   const auto fields = file_field_names(targets, vtu_names);
   std::vector<std::string> names;
@@ -170,7 +204,7 @@ Sample read_raw_run(const std::string& run_dir, const FieldSchema& targets,
   for (const auto& f : targets.fields()) {
     const auto& field = fields.at(f.name);
     auto t = volume.fields.at(field);
-    TORCH_CHECK(t.size(1) == f.channels(), "prepare: '", vtu, "' field '", field, "' has ",
+    TORCH_CHECK(t.size(1) == f.channels(), "prepare: '", vtu.front(), "' field '", field, "' has ",
                 t.size(1), " components; target '", f.name, "' is a ", to_string(f.type),
                 " and needs ", f.channels());
     s.point_data[f.name] = t;

@@ -9,6 +9,7 @@
 #include <vtkFloatArray.h>
 #include <vtkIdTypeArray.h>
 #include <vtkNew.h>
+#include <vtkObjectFactory.h>
 #include <vtkPointData.h>
 #include <vtkPointDataToCellData.h>
 #include <vtkPoints.h>
@@ -21,6 +22,8 @@
 #include <vtkXMLPolyDataWriter.h>
 #include <vtkXMLUnstructuredGridReader.h>
 #include <vtkXMLUnstructuredGridWriter.h>
+
+#include "core/io/concatenated_files.h"
 
 #include <filesystem>
 
@@ -77,12 +80,9 @@ void rename_into_place(const std::string& tmp, const std::string& path) {
 
 }  // namespace
 
-VolumeMesh read_vtu(const std::string& path, const std::vector<std::string>& field_names) {
-  TORCH_CHECK(fs::is_regular_file(path), "vtk: '", path, "' does not exist");
-  TORCH_CHECK(fs::file_size(path) > 0, "vtk: '", path, "' is empty");
-  vtkNew<vtkXMLUnstructuredGridReader> reader;
-  reader->SetFileName(path.c_str());
-  reader->Update();
+namespace {
+VolumeMesh volume_of(vtkXMLUnstructuredGridReader* reader, const std::string& path,
+                     const std::vector<std::string>& field_names) {
   vtkUnstructuredGrid* grid = reader->GetOutput();
   TORCH_CHECK(reader->GetErrorCode() == 0 && grid != nullptr && grid->GetNumberOfPoints() > 0,
               "vtk: '", path, "' could not be read as a .vtu volume (truncated or not VTK XML?)");
@@ -109,6 +109,59 @@ VolumeMesh read_vtu(const std::string& path, const std::vector<std::string>& fie
     out.fields[name] = t;
   }
   return out;
+}
+
+// VTK's .vtu reader on a stream of ours: the reader opens its "file" once
+// for the header and again for the data, so each open hands it the stream
+// (rewound) and each close only lets go of it.
+class StreamUnstructuredGridReader : public vtkXMLUnstructuredGridReader {
+ public:
+  static StreamUnstructuredGridReader* New();
+  vtkTypeMacro(StreamUnstructuredGridReader, vtkXMLUnstructuredGridReader);
+  void UseStream(std::istream* stream) { stream_ = stream; }
+
+ protected:
+  int OpenVTKFile() override {
+    if (stream_ == nullptr) return vtkXMLUnstructuredGridReader::OpenVTKFile();
+    stream_->clear();
+    stream_->seekg(0);
+    this->Stream = stream_;
+    return 1;
+  }
+  void CloseVTKFile() override {
+    if (stream_ == nullptr) return vtkXMLUnstructuredGridReader::CloseVTKFile();
+    this->Stream = nullptr;
+  }
+
+ private:
+  std::istream* stream_ = nullptr;
+};
+vtkStandardNewMacro(StreamUnstructuredGridReader);
+}  // namespace
+
+VolumeMesh read_vtu(const std::vector<std::string>& pieces,
+                    const std::vector<std::string>& field_names) {
+  TORCH_CHECK(!pieces.empty(), "vtk: no .vtu pieces given");
+  if (pieces.size() == 1) return read_vtu(pieces.front(), field_names);
+  for (const auto& p : pieces) {
+    TORCH_CHECK(fs::is_regular_file(p), "vtk: '", p, "' does not exist");
+  }
+  const std::string what = pieces.front() + " (+" + std::to_string(pieces.size() - 1) + " pieces)";
+  ConcatenatedFilesStream stream(pieces);
+  vtkNew<StreamUnstructuredGridReader> reader;
+  reader->SetFileName(pieces.front().c_str());  // named in VTK's own messages
+  reader->UseStream(&stream);
+  reader->Update();
+  return volume_of(reader, what, field_names);
+}
+
+VolumeMesh read_vtu(const std::string& path, const std::vector<std::string>& field_names) {
+  TORCH_CHECK(fs::is_regular_file(path), "vtk: '", path, "' does not exist");
+  TORCH_CHECK(fs::file_size(path) > 0, "vtk: '", path, "' is empty");
+  vtkNew<vtkXMLUnstructuredGridReader> reader;
+  reader->SetFileName(path.c_str());
+  reader->Update();
+  return volume_of(reader, path, field_names);
 }
 
 void write_vtu(const std::string& path, const torch::Tensor& points_in,

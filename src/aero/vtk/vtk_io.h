@@ -21,6 +21,10 @@ struct VolumeMesh {
 // Reads the named fields of a .vtu as point data; a field stored as cell
 // data is moved to the points (averaged over the cells around each point).
 VolumeMesh read_vtu(const std::string& path, const std::vector<std::string>& field_names);
+// The same for a .vtu shipped in pieces (volume_i.vtu.00.part, .01.part,
+// ...), read in order as one stream: no concatenated copy is written.
+VolumeMesh read_vtu(const std::vector<std::string>& pieces,
+                    const std::vector<std::string>& field_names);
 
 // Writes points (with one vertex cell each) and point-data fields, through a
 // temp file and rename. Binary appended, ParaView opens it.

@@ -103,6 +103,7 @@ std::map<std::string, std::string> read_tar(const std::string& b, const std::str
     at = data + (size + 511) / 512 * 512;
   }
   TORCH_CHECK(false, "'", what, "': truncated tar archive (no end blocks)");
+  return out;  // not reached
 }
 
 }  // namespace
@@ -128,6 +129,7 @@ std::map<std::string, std::string> read_archive(const std::string& bytes, const 
   if (bytes.size() >= 512 && (bytes.compare(257, 5, "ustar") == 0)) return read_tar(bytes, what);
   TORCH_CHECK(!bytes.empty(), "'", what, "' is empty");
   TORCH_CHECK(false, "'", what, "' is neither a zip nor a tar archive");
+  return {};  // not reached
 }
 
 std::string write_zip(const std::vector<std::pair<std::string, std::string>>& entries,

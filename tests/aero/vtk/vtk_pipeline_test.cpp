@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 namespace slipstream::aero {
 namespace {
@@ -159,6 +160,39 @@ TEST(RawRunTest, WrongComponentsAndMissingMetadataAreNamed) {
   fs::remove(run + "/metadata.json");
   EXPECT_NE(error_message_of([&] { read_raw_run(run, targets, {}); }).find("metadata.json"),
             std::string::npos);
+}
+
+// DrivAerML ships big volumes as volume_i.vtu.00.part, .01.part, ...: the
+// pieces read as the whole file would (no concatenated copy), and a gap or
+// a mix of a .vtu and pieces is named.
+TEST(RawRunTest, AVolumeInNumberedPiecesReadsAsTheWholeFile) {
+  testing::TempDir dir;
+  SyntheticOptions o;
+  o.points_per_sample = 2000;
+  write_synthetic_vtk_runs(dir.path(), o, 1);
+  const std::string run = dir.file("run_0000");
+  const FieldSchema targets = default_volume_fields();
+  const Sample whole = read_raw_run(run, targets, {});
+  std::ifstream in(run + "/volume.vtu", std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  in.close();
+  const size_t third = bytes.size() / 3;
+  for (int i = 0; i < 3; ++i) {
+    char name[64];
+    std::snprintf(name, sizeof name, "/volume.vtu.%02d.part", i);
+    std::ofstream(run + name, std::ios::binary)
+        << bytes.substr(i * third, i == 2 ? std::string::npos : third);
+  }
+  auto msg = error_message_of([&] { read_raw_run(run, targets, {}); });
+  EXPECT_NE(msg.find("both a .vtu and pieces"), std::string::npos) << msg;
+  fs::remove(run + "/volume.vtu");
+  const Sample pieces = read_raw_run(run, targets, {});
+  for (const char* name : {"points", "velocity", "pressure", "nut", "sdf"}) {
+    EXPECT_TRUE(torch::equal(pieces.point(name), whole.point(name))) << name;
+  }
+  fs::remove(run + "/volume.vtu.01.part");
+  msg = error_message_of([&] { read_raw_run(run, targets, {}); });
+  EXPECT_NE(msg.find("piece 1 of 'volume.vtu' is missing"), std::string::npos) << msg;
 }
 
 int sh(const std::string& cmd) {
