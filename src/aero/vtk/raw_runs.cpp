@@ -174,13 +174,50 @@ void warn(std::vector<std::string>* warnings, const std::string& message) {
   std::cerr << "prepare: warning: " << message << "\n";
   if (warnings != nullptr) warnings->push_back(message);
 }
+// The run's free stream and references: metadata.json where it has one,
+// else DrivAerML's (with a warning) where that is allowed or the run has
+// DrivAerML's geo_ref_i.csv; then lRef/aRef from geo_ref_i.csv and the
+// CFD's own Cd/Cl/Cs from force_mom_i.csv.
+void put_run_references(Sample& s, const std::string& run_dir, bool drivaerml_default,
+                        std::vector<std::string>* warnings) {
+  const std::string meta_path = run_dir + "/metadata.json";
+  const auto geo = optional_file(run_dir, "geo_ref", ".csv");
+  if (fs::is_regular_file(meta_path)) {
+    put_free_stream(s, read_json(meta_path), meta_path);
+  } else {
+    TORCH_CHECK(drivaerml_default || !geo.empty(), "prepare: '", meta_path,
+                "' is missing (and no geo_ref_*.csv marks the run as DrivAerML's)");
+    warn(warnings, "'" + run_dir +
+                       "' has no metadata.json: using DrivAerML's free stream, U_inf [38.89, 0, "
+                       "0], rho_inf 1 (its pressures are kinematic, p / rho), p_inf 0");
+    s.global_data["U_inf"] = torch::tensor({38.89, 0.0, 0.0}, torch::kFloat);
+    s.global_data["rho_inf"] = torch::tensor({1.0}, torch::kDouble);
+    s.global_data["p_inf"] = torch::tensor({0.0}, torch::kDouble);
+  }
+  if (!geo.empty()) {
+    const auto row = read_one_row_csv(geo);
+    for (const auto& [column, key] : {std::pair{"lref", "L_ref"}, std::pair{"aref", "A_ref"}}) {
+      auto it = row.find(column);
+      if (it != row.end() && !s.has_global(key)) {
+        s.global_data[key] = torch::tensor({it->second}, torch::kDouble);
+      }
+    }
+  }
+  if (const auto forces = optional_file(run_dir, "force_mom", ".csv"); !forces.empty()) {
+    const auto row = read_one_row_csv(forces);
+    for (const auto& [column, key] :
+         {std::pair{"cd", "CD_cfd"}, std::pair{"cl", "CL_cfd"}, std::pair{"cs", "CS_cfd"}}) {
+      auto it = row.find(column);
+      if (it != row.end()) s.global_data[key] = torch::tensor({it->second}, torch::kDouble);
+    }
+  }
+}
+
 }  // namespace
 
 Sample read_raw_run(const std::string& run_dir, const FieldSchema& targets,
                     const std::map<std::string, std::string>& vtu_names) {
   TORCH_CHECK(fs::is_directory(run_dir), "prepare: run directory '", run_dir, "' does not exist");
-  const std::string meta_path = run_dir + "/metadata.json";
-  const nlohmann::json meta = read_json(meta_path);
   const auto vtu = volume_pieces(run_dir);
   const auto stl = only_file_with(run_dir, ".stl");
   const auto fields = file_field_names(targets, vtu_names);
@@ -197,7 +234,7 @@ Sample read_raw_run(const std::string& run_dir, const FieldSchema& targets,
   sdf.query(volume.points, sdf_values, sdf_normals);
   s.point_data["sdf"] = sdf_values;
   s.point_data["sdf_normals"] = sdf_normals;
-  put_free_stream(s, meta, meta_path);
+  put_run_references(s, run_dir, /*drivaerml_default=*/false, nullptr);
   SampleLayout required;
   required.point_channels = {{"points", 3}, {"sdf", 1}, {"sdf_normals", 3}};
   required.global_sizes = {{"U_inf", 3}};
@@ -244,34 +281,7 @@ Sample read_raw_surface_run(const std::string& run_dir, const FieldSchema& targe
 
   Sample s;
   s.id = run_dir;
-  const std::string meta_path = run_dir + "/metadata.json";
-  if (fs::is_regular_file(meta_path)) {
-    put_free_stream(s, read_json(meta_path), meta_path);
-  } else {
-    warn(warnings, "'" + run_dir +
-                       "' has no metadata.json: using DrivAerML's free stream, U_inf [38.89, 0, "
-                       "0], rho_inf 1 (its pressures are kinematic, p / rho), p_inf 0");
-    s.global_data["U_inf"] = torch::tensor({38.89, 0.0, 0.0}, torch::kFloat);
-    s.global_data["rho_inf"] = torch::tensor({1.0}, torch::kDouble);
-    s.global_data["p_inf"] = torch::tensor({0.0}, torch::kDouble);
-  }
-  if (const auto geo = optional_file(run_dir, "geo_ref", ".csv"); !geo.empty()) {
-    const auto row = read_one_row_csv(geo);
-    for (const auto& [column, key] : {std::pair{"lref", "L_ref"}, std::pair{"aref", "A_ref"}}) {
-      auto it = row.find(column);
-      if (it != row.end() && !s.has_global(key)) {
-        s.global_data[key] = torch::tensor({it->second}, torch::kDouble);
-      }
-    }
-  }
-  if (const auto forces = optional_file(run_dir, "force_mom", ".csv"); !forces.empty()) {
-    const auto row = read_one_row_csv(forces);
-    for (const auto& [column, key] :
-         {std::pair{"cd", "CD_cfd"}, std::pair{"cl", "CL_cfd"}, std::pair{"cs", "CS_cfd"}}) {
-      auto it = row.find(column);
-      if (it != row.end()) s.global_data[key] = torch::tensor({it->second}, torch::kDouble);
-    }
-  }
+  put_run_references(s, run_dir, /*drivaerml_default=*/true, warnings);
   s.point_data["points"] = g.centroids.to(torch::kFloat);
   s.point_data["normals"] = g.normals.to(torch::kFloat);
   s.point_data["area"] = g.areas.to(torch::kFloat);

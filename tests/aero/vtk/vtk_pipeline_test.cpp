@@ -160,6 +160,15 @@ TEST(RawRunTest, WrongComponentsAndMissingMetadataAreNamed) {
   fs::remove(run + "/metadata.json");
   EXPECT_NE(error_message_of([&] { read_raw_run(run, targets, {}); }).find("metadata.json"),
             std::string::npos);
+  // A DrivAerML run (its geo_ref_i.csv, no metadata.json): DrivAerML's free
+  // stream, its lRef and aRef, and the CFD's own coefficients.
+  std::ofstream(run + "/geo_ref_0.csv") << "lRef,aRef\n4.6,2.17\n";
+  std::ofstream(run + "/force_mom_0.csv") << "Cd,Cl,Cs\n0.27,-0.05,0.001\n";
+  const Sample d = read_raw_run(run, targets, {});
+  EXPECT_FLOAT_EQ(d.global("U_inf")[0].item<float>(), 38.89f);
+  EXPECT_DOUBLE_EQ(d.global_scalar("L_ref", 0.0), 4.6);
+  EXPECT_DOUBLE_EQ(d.global_scalar("A_ref", 0.0), 2.17);
+  EXPECT_DOUBLE_EQ(d.global_scalar("CD_cfd", 0.0), 0.27);
 }
 
 // DrivAerML ships big volumes as volume_i.vtu.00.part, .01.part, ...: the
