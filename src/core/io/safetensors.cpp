@@ -1,13 +1,10 @@
 #include "core/io/safetensors.h"
 
 #include "core/io/atomic_file.h"
+#include "core/io/mapped_file.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -44,14 +41,6 @@ const char* dtype_name(at::ScalarType t) {
   TORCH_CHECK(false, "safetensors: cannot write dtype ", t);
 }
 
-struct Mapping {
-  void* data = nullptr;
-  size_t size = 0;
-  ~Mapping() {
-    if (data != nullptr && data != MAP_FAILED) munmap(data, size);
-  }
-};
-
 }  // namespace
 
 const at::Tensor& SafetensorsFile::at(const std::string& name) const {
@@ -69,26 +58,16 @@ bool SafetensorsFile::contains(const std::string& name) const {
 }
 
 SafetensorsFile read_safetensors(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  TORCH_CHECK(fd >= 0, "safetensors: cannot open '", path, "': ", std::strerror(errno));
-  struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    ::close(fd);
-    TORCH_CHECK(false, "safetensors: cannot stat '", path, "'");
+  std::shared_ptr<const MappedFile> mapping;
+  try {
+    mapping = map_file(path);
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, "safetensors: ", e.what_without_backtrace());
   }
-  const auto file_size = static_cast<size_t>(st.st_size);
-  if (file_size < 8) {
-    ::close(fd);
-    TORCH_CHECK(false, "safetensors: '", path, "' is truncated (", file_size,
-                " bytes, shorter than the 8-byte header length)");
-  }
-  auto mapping = std::make_shared<Mapping>();
-  mapping->size = file_size;
-  mapping->data = mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  TORCH_CHECK(mapping->data != MAP_FAILED, "safetensors: cannot map '", path,
-              "': ", std::strerror(errno));
-  const auto* bytes = static_cast<const char*>(mapping->data);
+  const size_t file_size = mapping->size();
+  TORCH_CHECK(file_size >= 8, "safetensors: '", path, "' is truncated (", file_size,
+              " bytes, shorter than the 8-byte header length)");
+  const char* bytes = mapping->data();
   uint64_t header_len = 0;
   std::memcpy(&header_len, bytes, 8);
   TORCH_CHECK(header_len <= file_size - 8, "safetensors: '", path,
@@ -134,16 +113,7 @@ SafetensorsFile read_safetensors(const std::string& path) {
     const size_t nbytes = static_cast<size_t>(numel) * c10::elementSize(dtype);
     TORCH_CHECK(nbytes == offsets[1] - offsets[0], where, ": shape and dtype need ", nbytes,
                 " bytes, data_offsets span ", offsets[1] - offsets[0]);
-    void* ptr = const_cast<char*>(bytes + data_begin + offsets[0]);
-    at::Tensor t;
-    if (reinterpret_cast<uintptr_t>(ptr) % c10::elementSize(dtype) == 0) {
-      // The deleter holds the mapping: it lives while any view does.
-      t = at::from_blob(
-          ptr, shape, [mapping](void*) {}, at::TensorOptions().dtype(dtype));
-    } else {  // unaligned data: copy rather than view
-      t = at::empty(shape, at::TensorOptions().dtype(dtype));
-      std::memcpy(t.data_ptr(), ptr, nbytes);
-    }
+    const at::Tensor t = view_tensor(mapping, data_begin + offsets[0], shape, dtype);
     order.emplace_back(offsets[0], it.key());
     out.tensors.emplace_back(it.key(), t);
   }
