@@ -36,6 +36,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -235,7 +236,25 @@ aero::TrainedModel load_mdlus(const InferOptions& o, const CommandContext& conte
   return aero::trained_from_mdlus(o.checkpoint, config, layout, device);
 }
 
-int run_infer(const InferOptions& o, const CommandContext& context) {
+// The recipe's `infer_split=NAME` is --split NAME.
+InferOptions with_infer_split(InferOptions o) {
+  std::vector<std::string> rest;
+  for (const auto& kv : o.overrides) {
+    if (kv.rfind("infer_split=", 0) != 0) {
+      rest.push_back(kv);
+      continue;
+    }
+    const std::string split = kv.substr(std::strlen("infer_split="));
+    TORCH_CHECK(o.split.empty() || o.split == split, "infer: --split ", o.split, " and ", kv,
+                " disagree");
+    o.split = split;
+  }
+  o.overrides = rest;
+  return o;
+}
+
+int run_infer(const InferOptions& options, const CommandContext& context) {
+  const InferOptions o = with_infer_split(options);
   TORCH_CHECK(o.run_dir.empty() != o.split.empty(),
               "infer: give exactly one of --in RUN (a raw run) and --split NAME (a split)");
   TORCH_CHECK(o.overrides.empty() || aero::is_mdlus_path(o.checkpoint),
@@ -268,7 +287,8 @@ Command add_infer(CLI::App& app, const CommandContext& context) {
   sub->add_option("--out", o->out, "--in: output .vtu/.vtp; --split: output directory")->required();
   sub->add_option("--device", o->device, "auto, cpu or cuda");
   sub->add_option("overrides", o->overrides,
-                  "with a .mdlus: key=value config (model.*, dataset=...) it lacks");
+                  "infer_split=NAME (as --split); with a .mdlus: key=value config (model.*, "
+                  "dataset=...) it lacks");
   o->fields.add_to(sub);
   return {sub, [o, &context]() -> int { return run_infer(*o, context); }};
 }

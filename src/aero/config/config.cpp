@@ -119,6 +119,62 @@ YAML::Node typed_value(const std::string& key, const YAML::Node& existing,
   return parsed;
 }
 
+// Sets `value` at the dotted `key` below `node`, which must already hold it
+// (as an override does); `where` names the key in messages.
+void set_existing(YAML::Node node, const std::string& key, const YAML::Node& value,
+                  const std::string& where, const std::string& file) {
+  const auto parts = split(key);
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    TORCH_CHECK(node.IsMap() && node[parts[i]], "config: ", where, ": '", file, "' has no key '",
+                key, "'");
+    node.reset(node[parts[i]]);
+  }
+  TORCH_CHECK(node.IsMap() && node[parts.back()], "config: ", where, ": '", file, "' has no key '",
+              key, "'");
+  node[parts.back()] = value;
+}
+
+void collect_leaves(const YAML::Node& node, const std::string& prefix,
+                    std::vector<std::pair<std::string, YAML::Node>>& out) {
+  if (node.IsMap() && node.size() > 0) {
+    for (const auto& kv : node) {
+      const std::string k = kv.first.as<std::string>();
+      collect_leaves(kv.second, prefix.empty() ? k : prefix + "." + k, out);
+    }
+  } else {
+    out.emplace_back(prefix, node);
+  }
+}
+
+// One entry of extra_datasets: a dataset config's name, or {config: NAME,
+// key: value, ...} overriding keys of that file; resolved to the file's
+// tree with the overrides applied and config: NAME kept.
+YAML::Node resolve_extra_dataset(const std::string& dir, const YAML::Node& entry, size_t i) {
+  const std::string where = "extra_datasets[" + std::to_string(i) + "]";
+  std::string name;
+  if (entry.IsScalar()) {
+    name = entry.as<std::string>();
+  } else {
+    TORCH_CHECK(entry.IsMap() && entry["config"] && entry["config"].IsScalar(), "config: ", where,
+                " must be a dataset config's name or a map with config: NAME and keys to set");
+    name = entry["config"].as<std::string>();
+  }
+  const auto choices = group_choices(dir, "dataset");
+  TORCH_CHECK(std::find(choices.begin(), choices.end(), name) != choices.end(), "config: ", where,
+              " names dataset '", name, "', which is not one of: ", join(choices));
+  const std::string file = dir + "/dataset/" + name + ".yaml";
+  YAML::Node tree = load_file(file);
+  if (entry.IsMap()) {
+    std::vector<std::pair<std::string, YAML::Node>> leaves;
+    collect_leaves(entry, "", leaves);
+    for (const auto& [key, value] : leaves) {
+      if (key != "config") set_existing(tree, key, value, where, file);
+    }
+  }
+  tree["config"] = name;
+  return tree;
+}
+
 }  // namespace
 
 size_t edit_distance(const std::string& a, const std::string& b) {
@@ -203,7 +259,36 @@ Config Config::load(const std::string& dir, const std::vector<std::string>& over
     for (size_t i = 0; i + 1 < parts.size(); ++i) parent.reset(parent[parts[i]]);
     parent[parts.back()] = parsed;
   }
+  if (cfg.root_["extra_datasets"] && cfg.root_["extra_datasets"].IsSequence()) {
+    YAML::Node resolved(YAML::NodeType::Sequence);
+    size_t i = 0;
+    for (const auto& entry : cfg.root_["extra_datasets"]) {
+      resolved.push_back(resolve_extra_dataset(dir, entry, i++));
+    }
+    cfg.root_["extra_datasets"] = resolved;
+  }
   return cfg;
+}
+
+std::vector<std::pair<std::string, Config>> Config::extra_dataset_configs() const {
+  std::vector<std::pair<std::string, Config>> out;
+  const YAML::Node extras = lookup("extra_datasets");
+  if (!extras.IsDefined() || extras.IsNull()) return out;
+  TORCH_CHECK(extras.IsSequence(), "config: 'extra_datasets' must be a list of dataset configs");
+  size_t i = 0;
+  for (const auto& entry : extras) {
+    TORCH_CHECK(entry.IsMap() && entry["config"], "config: extra_datasets[", i,
+                "] is not a resolved dataset config (load the config with Config::load)");
+    Config sub;
+    sub.root_ = YAML::Clone(root_);
+    YAML::Node dataset = YAML::Clone(entry);
+    dataset.remove("config");
+    sub.root_["dataset"] = dataset;
+    sub.root_.remove("extra_datasets");
+    out.emplace_back(entry["config"].as<std::string>(), sub);
+    ++i;
+  }
+  return out;
 }
 
 Config Config::load_resolved(const std::string& path) {

@@ -48,6 +48,12 @@ class Config {
   // closest known key. Call once everything is resolved.
   void check_known_keys() const;
 
+  // The recipe's extra_datasets, each as a config whose `dataset` section is
+  // that dataset (the rest as this one): the name of its file and the config.
+  // An entry is a dataset config's name or {config: NAME, key: value, ...};
+  // load() resolves it, checking each key exists in that file.
+  std::vector<std::pair<std::string, Config>> extra_dataset_configs() const;
+
   // The resolved tree as YAML text (written to the run directory).
   std::string to_yaml() const;
   const YAML::Node& root() const { return root_; }

@@ -85,24 +85,27 @@ SampleLayout DirectoryDataset::layout() const {
   return read_sample_layout(dir_ + "/" + files_.front());
 }
 
+void check_layout(const SampleLayout& have, const SampleCheck& check, const std::string& path) {
+  for (const auto& [name, channels] : check.required.point_channels) {
+    auto it = have.point_channels.find(name);
+    TORCH_CHECK(it != have.point_channels.end(), "dataset: sample ", path, " has no point field '",
+                name, "'");
+    TORCH_CHECK(it->second == channels, "dataset: sample ", path, " point field '", name, "' has ",
+                it->second, " channels, expected ", channels);
+  }
+  for (const auto& [name, size] : check.required.global_sizes) {
+    auto it = have.global_sizes.find(name);
+    TORCH_CHECK(it != have.global_sizes.end(), "dataset: sample ", path, " has no global '", name,
+                "'");
+    TORCH_CHECK(it->second == size, "dataset: sample ", path, " global '", name, "' has ",
+                it->second, " values, expected ", size);
+  }
+}
+
 void DirectoryDataset::check_headers() const {
   for (const auto& file : files_) {
     const std::string path = dir_ + "/" + file;
-    const SampleLayout have = read_sample_layout(path);
-    for (const auto& [name, channels] : check_.required.point_channels) {
-      auto it = have.point_channels.find(name);
-      TORCH_CHECK(it != have.point_channels.end(), "dataset: sample ", path,
-                  " has no point field '", name, "'");
-      TORCH_CHECK(it->second == channels, "dataset: sample ", path, " point field '", name,
-                  "' has ", it->second, " channels, expected ", channels);
-    }
-    for (const auto& [name, size] : check_.required.global_sizes) {
-      auto it = have.global_sizes.find(name);
-      TORCH_CHECK(it != have.global_sizes.end(), "dataset: sample ", path, " has no global '", name,
-                  "'");
-      TORCH_CHECK(it->second == size, "dataset: sample ", path, " global '", name, "' has ",
-                  it->second, " values, expected ", size);
-    }
+    check_layout(read_sample_layout(path), check_, path);
   }
 }
 
@@ -152,84 +155,56 @@ void write_sample_file(const std::string& path, const Sample& s) {
   write_safetensors(path, tensors, {{"id", s.id}, {"format", kFormat}, {"globals", globals}});
 }
 
-namespace {
-// The manifest's splits, each a list of sample files relative to `dir`.
-// Accepts Slipstream's {"format": ..., "train": [...], ...} and the recipe's
-// {"train": [runs], "val": [...], "test": [...]}, whose entries name runs:
-// "run_1" is found as run_1 or run_1.safetensors.
-std::map<std::string, std::vector<std::string>> read_manifest(const std::string& dir) {
-  TORCH_CHECK(fs::is_directory(dir), "dataset: directory '", dir, "' does not exist");
-  const std::string manifest_path = dir + "/manifest.json";
-  std::ifstream in(manifest_path);
-  TORCH_CHECK(in.good(), "dataset: '", manifest_path,
-              "' is missing; write the directory with `slipstream make-synthetic --out ", dir,
-              "` or `slipstream prepare`");
-  nlohmann::json manifest;
-  try {
-    manifest = nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    TORCH_CHECK(false, "dataset: '", manifest_path, "' is not valid JSON: ", e.what());
-  }
-  TORCH_CHECK(manifest.is_object(), "dataset: '", manifest_path, "' is not a JSON object");
-  if (manifest.contains("format")) {
-    TORCH_CHECK(manifest["format"] == kFormat, "dataset: '", manifest_path, "' has format '",
-                manifest["format"].dump(), "', expected '", kFormat, "'");
-  }
-  std::map<std::string, std::vector<std::string>> splits;
-  for (const auto& [split, entries] : manifest.items()) {
-    if (split == "format" || split == "source") continue;
-    TORCH_CHECK(entries.is_array(), "dataset: '", manifest_path, "' split '", split,
-                "' must be a list of samples");
-    auto& files = splits[split];
-    for (const auto& e : entries) {
-      TORCH_CHECK(e.is_string(), "dataset: '", manifest_path, "' split '", split,
-                  "' holds a non-string entry ", e.dump());
-      const auto name = e.get<std::string>();
-      if (fs::is_regular_file(dir + "/" + name)) {
-        files.push_back(name);
-      } else if (fs::is_regular_file(dir + "/" + name + ".safetensors")) {
-        files.push_back(name + ".safetensors");
-      } else {
-        TORCH_CHECK(false, "dataset: '", manifest_path, "' lists '", name, "' in '", split,
-                    "', which does not exist");
-      }
-    }
-  }
-  return splits;
+ConcatDataset::ConcatDataset(std::vector<std::shared_ptr<Dataset>> parts)
+    : parts_(std::move(parts)) {
+  TORCH_CHECK(!parts_.empty(), "dataset: a concatenation needs at least one dataset");
 }
 
-std::string join_names(const std::map<std::string, std::vector<std::string>>& splits) {
+size_t ConcatDataset::size() const {
+  size_t n = 0;
+  for (const auto& p : parts_) n += p->size();
+  return n;
+}
+
+std::pair<const Dataset*, size_t> ConcatDataset::locate(size_t index) const {
+  for (const auto& p : parts_) {
+    if (index < p->size()) return {p.get(), index};
+    index -= p->size();
+  }
+  TORCH_CHECK(false, "dataset: index out of range (", size(), " samples)");
+  return {nullptr, 0};  // not reached
+}
+
+Sample ConcatDataset::get(size_t index) const {
+  const auto [part, i] = locate(index);
+  return part->get(i);
+}
+
+Sample ConcatDataset::get(size_t index, const PointRequest& request) const {
+  const auto [part, i] = locate(index);
+  return part->get(i, request);
+}
+
+std::string ConcatDataset::describe() const {
   std::string out;
-  for (const auto& [name, files] : splits) out += (out.empty() ? "" : ", ") + name;
-  return out.empty() ? "none" : out;
-}
-}  // namespace
-
-std::vector<std::string> split_names(const std::string& dir) {
-  std::vector<std::string> out;
-  for (const auto& [name, files] : read_manifest(dir)) out.push_back(name);
+  for (const auto& p : parts_) out += (out.empty() ? "" : " + ") + p->describe();
   return out;
 }
 
-std::shared_ptr<Dataset> open_split(const std::string& dir, const std::string& split) {
-  const auto splits = read_manifest(dir);
-  auto it = splits.find(split);
-  TORCH_CHECK(it != splits.end(), "dataset: '", dir, "/manifest.json' has no split '", split,
-              "' (it has: ", join_names(splits), ")");
-  return std::make_shared<DirectoryDataset>(dir, it->second);
+SampleLayout ConcatDataset::layout() const {
+  for (const auto& p : parts_) {
+    if (p->size() > 0) return p->layout();
+  }
+  return parts_.front()->layout();
 }
 
-DatasetSplits open_sample_directory(const std::string& dir) {
-  const auto splits = read_manifest(dir);
-  auto train = splits.find("train");
-  TORCH_CHECK(train != splits.end() && !train->second.empty(), "dataset: '", dir,
-              "/manifest.json' lists no train samples (it has: ", join_names(splits), ")");
-  auto val = splits.find("val");
-  DatasetSplits out;
-  out.train = std::make_shared<DirectoryDataset>(dir, train->second);
-  out.val = std::make_shared<DirectoryDataset>(
-      dir, val != splits.end() ? val->second : std::vector<std::string>{});
-  return out;
+void ConcatDataset::check_headers() const {
+  for (const auto& p : parts_) p->check_headers();
+}
+
+void ConcatDataset::set_check(SampleCheck check) {
+  for (const auto& p : parts_) p->set_check(check);
+  check_ = std::move(check);
 }
 
 void write_synthetic_directory(const std::string& dir, const SyntheticOptions& options,

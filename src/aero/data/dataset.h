@@ -1,4 +1,5 @@
-// Datasets of CFD samples, split into train and val.
+// Datasets of CFD samples, split into train and val (opened by their
+// source and manifest in dataset_source.h).
 //
 // SyntheticDataset generates samples in memory (see synthetic.h) and caches
 // them. DirectoryDataset reads a directory written by `slipstream
@@ -35,16 +36,32 @@ struct SampleCheck {
   }
 };
 
+// The points the loader keeps of a sample: `max_points` of them (all when
+// <= 0 or the sample has fewer), drawn by subsample_indices() (transforms.h)
+// from a generator seeded with `seed`.
+struct PointRequest {
+  int64_t max_points = 0;
+  std::string mode = "random";  // random | block
+  uint64_t seed = 0;
+};
+
 class Dataset {
  public:
   virtual ~Dataset() = default;
   virtual size_t size() const = 0;
   // Thread-safe; checked against the dataset's SampleCheck.
   virtual Sample get(size_t index) const = 0;
+  // Only the requested points, for a dataset that can read just those (and
+  // derive fields such as the SDF for them alone); by default the whole
+  // sample, which the loader subsamples with the same draw.
+  virtual Sample get(size_t index, const PointRequest& request) const {
+    (void)request;
+    return get(index);
+  }
   virtual std::string describe() const = 0;
   // The tensors its samples hold, from the first sample (cheap: a header).
   virtual SampleLayout layout() const = 0;
-  void set_check(SampleCheck check) { check_ = std::move(check); }
+  virtual void set_check(SampleCheck check) { check_ = std::move(check); }
   // Checks what can be checked of every sample without loading it (a file's
   // header: its tensors and shapes) against the SampleCheck, so that a bad
   // sample is named before the first step, not when an epoch reaches it.
@@ -88,16 +105,26 @@ class DirectoryDataset : public Dataset {
   std::vector<std::string> files_;
 };
 
-// Opens `dir`'s manifest; throws naming the directory or file on any
-// problem. A manifest is Slipstream's ({"format": "slipstream-samples-v1",
-// "train": [...], "val": [...], "test": [...]}, files) or the recipe's
-// ({"train": [...], ...} without "format", run names: "run_1" is found as
-// run_1 or run_1.safetensors). Training needs a non-empty train split; val
-// may be missing (empty).
-DatasetSplits open_sample_directory(const std::string& dir);
-// The splits a manifest names, and one of them (an error lists the others).
-std::vector<std::string> split_names(const std::string& dir);
-std::shared_ptr<Dataset> open_split(const std::string& dir, const std::string& split);
+// Several datasets as one (the recipe's extra_datasets): indices run through
+// the parts in order; the check and the header checks apply to every part.
+class ConcatDataset : public Dataset {
+ public:
+  explicit ConcatDataset(std::vector<std::shared_ptr<Dataset>> parts);
+  size_t size() const override;
+  Sample get(size_t index) const override;
+  Sample get(size_t index, const PointRequest& request) const override;
+  std::string describe() const override;
+  SampleLayout layout() const override;
+  void check_headers() const override;
+  void set_check(SampleCheck check) override;
+
+ private:
+  std::pair<const Dataset*, size_t> locate(size_t index) const;
+  std::vector<std::shared_ptr<Dataset>> parts_;
+};
+
+// Checks a sample's layout against `check`, naming `path`.
+void check_layout(const SampleLayout& have, const SampleCheck& check, const std::string& path);
 
 // Reads one sample file (no check beyond its format).
 Sample read_sample_file(const std::string& path);

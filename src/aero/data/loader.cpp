@@ -35,17 +35,7 @@ Batch make_host_batch(const Sample& s, const LoaderOptions& o, uint64_t generato
   const int64_t n = s.num_points();
   const auto& t = o.transforms;
   auto gen = at::detail::createCPUGenerator(generator_seed);
-  torch::Tensor idx;
-  if (o.sampling_resolution > 0 && o.sampling_resolution < n) {
-    if (t.subsample == "block") {
-      const int64_t start =
-          torch::randint(n - o.sampling_resolution + 1, {1}, gen, torch::kLong).item<int64_t>();
-      idx = torch::arange(start, start + o.sampling_resolution, torch::kLong);
-    } else {
-      idx = torch::randperm(n, gen, torch::TensorOptions().dtype(torch::kLong))
-                .narrow(0, 0, o.sampling_resolution);
-    }
-  }
+  const torch::Tensor idx = subsample_indices(n, o.sampling_resolution, t.subsample, gen);
   auto take = [&](const torch::Tensor& x) { return idx.defined() ? x.index_select(0, idx) : x; };
   // The point fields this batch reads: the inputs', the targets and the weights.
   const SampleLayout needed = o.inputs.required(layout_of(s));
@@ -142,9 +132,10 @@ void PrefetchLoader::run() {
     Item item;
     try {
       const size_t index = order_[i];
-      const Sample sample = dataset_->get(index);
       const uint64_t seed = options_.seed * 0x9E3779B97F4A7C15ULL +
                             static_cast<uint64_t>(epoch_) * 1000003ULL + index;
+      const Sample sample = dataset_->get(
+          index, PointRequest{options_.sampling_resolution, options_.transforms.subsample, seed});
       Batch host = make_host_batch(sample, options_, seed);
       host.sample_index = index;
       if (cuda) {

@@ -6,6 +6,15 @@
 
 namespace slipstream::aero {
 
+torch::Tensor subsample_indices(int64_t n, int64_t k, const std::string& mode, at::Generator& gen) {
+  if (k <= 0 || k >= n) return {};
+  if (mode == "block") {
+    const int64_t start = torch::randint(n - k + 1, {1}, gen, torch::kLong).item<int64_t>();
+    return torch::arange(start, start + k, torch::kLong);
+  }
+  return torch::randperm(n, gen, torch::TensorOptions().dtype(torch::kLong)).narrow(0, 0, k);
+}
+
 torch::Tensor rotate_z(const torch::Tensor& xyz, double radians) {
   const double c = std::cos(radians), s = std::sin(radians);
   auto r =

@@ -32,6 +32,11 @@ struct TransformOptions {
   double translate_max = 0.0;
 };
 
+// The rows a subsample keeps of n: k of them drawn from `gen`, a random
+// subset (randperm's first k) or a contiguous block at a random start;
+// undefined (keep all, in order) when k <= 0 or k >= n.
+torch::Tensor subsample_indices(int64_t n, int64_t k, const std::string& mode, at::Generator& gen);
+
 // Rotation about z by `radians` applied to the rows of an (N, 3) tensor.
 torch::Tensor rotate_z(const torch::Tensor& xyz, double radians);
 

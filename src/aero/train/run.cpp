@@ -42,6 +42,13 @@ RunSpec resolve_run_spec(const Config& config) {
   spec.fields = resolve_fields(config);
   spec.inputs = InputSpec::from_yaml(config.section("model.inputs"), "model.inputs");
   if (config.has("defaults.model")) spec.model_config = config.get<std::string>("defaults.model");
+  for (const auto& [name, sub] : config.extra_dataset_configs()) {
+    ExtraDataset extra;
+    extra.name = name;
+    extra.settings = resolve_settings(sub);
+    extra.fields = resolve_fields(sub);
+    spec.extra_datasets.push_back(std::move(extra));
+  }
   return spec;
 }
 
@@ -67,6 +74,48 @@ SampleCheck sample_check(const RunSpec& spec, const SampleLayout& layout) {
   check.targets = spec.fields.names();
   check.allow_nonfinite_targets = spec.settings.mask_nonfinite;
   return check;
+}
+
+std::string describe_fields(const FieldSchema& fields) {
+  std::string out;
+  for (const auto& f : fields.fields()) {
+    out += (out.empty() ? "" : ", ") + f.name + ": " + to_string(f.type) + " (" +
+           to_string(f.nondim) + ", mean " + std::to_string(f.mean.empty() ? 0.0 : f.mean[0]) +
+           ", std " + std::to_string(f.std_dev) + ")";
+  }
+  return out;
+}
+
+// An extra dataset trains the same model on the same targets, transformed
+// the same way: Slipstream applies one field schema and one transform
+// chain to every sample of a run.
+void check_extra_dataset(const RunSpec& spec, const ExtraDataset& extra) {
+  const auto& s = spec.settings;
+  const auto& e = extra.settings;
+  const std::string where = "config: extra dataset '" + extra.name + "'";
+  TORCH_CHECK(e.dataset_kind == s.dataset_kind, where, " holds ", e.dataset_kind,
+              " samples but the run's dataset holds ", s.dataset_kind, " ones");
+  auto names_types = [](const FieldSchema& f) {
+    std::string out;
+    for (const auto& x : f.fields()) out += x.name + ":" + to_string(x.type) + " ";
+    return out;
+  };
+  TORCH_CHECK(names_types(extra.fields) == names_types(spec.fields), where, " declares targets [",
+              describe_fields(extra.fields), "], which differ from the dataset's [",
+              describe_fields(spec.fields),
+              "]; every dataset of a run must declare the same targets (names, types, order)");
+  TORCH_CHECK(describe_fields(extra.fields) == describe_fields(spec.fields), where,
+              " non-dimensionalises or normalises its targets differently [",
+              describe_fields(extra.fields), "] from the dataset [", describe_fields(spec.fields),
+              "]; a run applies one field schema to every dataset");
+  const auto& a = e.transforms;
+  const auto& b = s.transforms;
+  TORCH_CHECK(a.subsample == b.subsample && a.center == b.center &&
+                  a.scale_by_L_ref == b.scale_by_L_ref &&
+                  a.rotate_z_max_deg == b.rotate_z_max_deg && a.translate_max == b.translate_max,
+              where,
+              " sets dataset.transforms differently from the run's dataset; a run applies "
+              "one transform chain to every dataset");
 }
 
 }  // namespace
@@ -97,11 +146,29 @@ ModelShape model_shape(const RunSpec& spec, const SampleLayout& layout) {
 DatasetSplits open_datasets(const RunSpec& spec) {
   const auto& s = spec.settings;
   DatasetSplits data;
-  if (s.dataset_path.empty()) {
+  if (s.synthetic_data()) {
     data.train = std::make_shared<SyntheticDataset>(s.synthetic, 0, s.num_train);
     data.val = std::make_shared<SyntheticDataset>(s.synthetic, s.num_train, s.num_val);
   } else {
-    data = open_sample_directory(s.dataset_path);
+    data = open_dataset(s.data, s.train_split, s.val_split);
+  }
+  if (!spec.extra_datasets.empty()) {
+    std::vector<std::shared_ptr<Dataset>> train{data.train}, val{data.val};
+    for (const auto& extra : spec.extra_datasets) {
+      check_extra_dataset(spec, extra);
+      const auto& e = extra.settings;
+      DatasetSplits more;
+      if (e.synthetic_data()) {
+        more.train = std::make_shared<SyntheticDataset>(e.synthetic, 0, e.num_train);
+        more.val = std::make_shared<SyntheticDataset>(e.synthetic, e.num_train, e.num_val);
+      } else {
+        more = open_dataset(e.data, s.train_split, s.val_split);
+      }
+      train.push_back(more.train);
+      val.push_back(more.val);
+    }
+    data.train = std::make_shared<ConcatDataset>(train);
+    data.val = std::make_shared<ConcatDataset>(val);
   }
   const SampleLayout layout = data.train->layout();
   model_shape(spec, layout);  // the samples hold every target and input
@@ -116,8 +183,14 @@ DatasetSplits open_datasets(const RunSpec& spec) {
 std::shared_ptr<Dataset> open_named_split(const RunSpec& spec, const std::string& split,
                                           const std::string& dir) {
   const auto& s = spec.settings;
-  const std::string path = dir.empty() ? s.dataset_path : dir;
-  if (!path.empty()) return open_split(path, split);
+  if (!dir.empty() || !s.synthetic_data()) {
+    DatasetSource source = s.data;
+    if (!dir.empty()) {  // another directory of the same kind: its own manifest
+      source.path = dir;
+      source.manifest.clear();
+    }
+    return open_split(source, split);
+  }
   TORCH_CHECK(split == "train" || split == "val", "infer: the run's dataset is synthetic in ",
               "memory, which has splits train and val, not '", split,
               "'; give --data DIR for a sample directory");

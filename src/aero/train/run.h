@@ -41,11 +41,22 @@ Precision decide_precision(const std::string& setting, c10::Device device);
 Precision inference_precision(Precision trained, c10::Device device);
 
 // What a config describes before any data, process group or model exists.
+// One of the recipe's extra_datasets: its own source, the same targets.
+struct ExtraDataset {
+  std::string name;  // its dataset config (configs/dataset/<name>.yaml)
+  TrainSettings settings;
+  FieldSchema fields;
+};
+
 struct RunSpec {
   TrainSettings settings;
   FieldSchema fields;
   InputSpec inputs;
   std::string model_config;  // the model file picked (defaults.model)
+  // Trained on together with the dataset (their train and val splits
+  // appended to its); each must declare the same targets, field transforms
+  // and sample transforms, else open_datasets names the difference.
+  std::vector<ExtraDataset> extra_datasets;
 };
 RunSpec resolve_run_spec(const Config& config);
 // The splits the config names (synthetic in memory, or a sample directory),

@@ -12,6 +12,13 @@
 namespace slipstream::aero {
 
 namespace {
+
+// A string key that may be absent (configs written before it existed) or
+// null: `fallback` then.
+std::string optional_string(const Config& c, const std::string& key, const std::string& fallback) {
+  if (!c.has(key) || c.is_null(key)) return fallback;
+  return c.get<std::string>(key);
+}
 std::string timestamp_run_id() {
   const std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -222,10 +229,14 @@ TrainSettings resolve_settings(const Config& c) {
   check_positive("distributed.timeout_s", static_cast<double>(s.distributed_timeout_s));
 
   const auto dataset_name = c.get<std::string>("dataset.name");
-  check_one_of("dataset.name", dataset_name, {"synthetic", "prepared"});
-  s.dataset_path = c.is_null("dataset.path") ? "" : c.get<std::string>("dataset.path");
-  TORCH_CHECK(dataset_name != "prepared" || !s.dataset_path.empty(),
-              "config: dataset 'prepared' needs dataset.path=DIR (written by slipstream prepare)");
+  check_one_of("dataset.name", dataset_name, {"synthetic", "prepared", "pdmsh"});
+  s.data = resolve_dataset_source(c);
+  TORCH_CHECK(dataset_name == "synthetic" || !s.data.path.empty(), "config: dataset '",
+              dataset_name, "' needs dataset.path=DIR (written by slipstream prepare",
+              dataset_name == "pdmsh" ? ", or PhysicsNeMo-Curator's run_*/*.pdmsh tree" : "", ")");
+  s.train_split = optional_string(c, "train_split", "train");
+  s.val_split = !c.has("val_split") ? "val" : optional_string(c, "val_split", "");
+  TORCH_CHECK(!s.train_split.empty(), "config: 'train_split' must name a split of the manifest");
   s.transforms.subsample = c.get<std::string>("dataset.transforms.subsample");
   check_one_of("dataset.transforms.subsample", s.transforms.subsample, {"random", "block"});
   s.transforms.center = c.get<bool>("dataset.transforms.center");
@@ -248,6 +259,32 @@ TrainSettings resolve_settings(const Config& c) {
   s.synthetic.kind = s.dataset_kind;
   if (c.has("force_coefficients")) s.forces = resolve_forces(c);
   return s;
+}
+
+DatasetSource resolve_dataset_source(const Config& c) {
+  DatasetSource d;
+  d.path = optional_string(c, "dataset.path", "");
+  d.format = optional_string(c, "dataset.format", "auto");
+  check_one_of("dataset.format", d.format, {"auto", "samples", "pdmsh"});
+  d.manifest = optional_string(c, "dataset.manifest", "");
+  d.train_manifest = optional_string(c, "dataset.train_manifest", "");
+  d.val_manifest = optional_string(c, "dataset.val_manifest", "");
+  d.pdmsh.kind = resolve_dataset_kind(c);
+  d.pdmsh.pattern = optional_string(c, "dataset.pdmsh.pattern", d.pdmsh.pattern);
+  d.pdmsh.geometry = optional_string(c, "dataset.pdmsh.geometry", "");
+  if (!c.has("dataset.pdmsh.geometry")) d.pdmsh.geometry = PdmshOptions{}.geometry;
+  d.pdmsh.boundary = optional_string(c, "dataset.pdmsh.boundary", d.pdmsh.boundary);
+  const YAML::Node fields =
+      c.has("dataset.pdmsh.fields") ? c.section("dataset.pdmsh.fields") : YAML::Node();
+  if (fields.IsDefined() && !fields.IsNull()) {
+    TORCH_CHECK(fields.IsMap(),
+                "config: 'dataset.pdmsh.fields' must map a field name in the "
+                "files to a target name, e.g. {UMeanTrim: velocity}");
+    for (const auto& kv : fields) {
+      d.pdmsh.fields[kv.first.as<std::string>()] = kv.second.as<std::string>();
+    }
+  }
+  return d;
 }
 
 std::string resolve_dataset_kind(const Config& c) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "aero/config/config.h"
+#include "aero/data/dataset_source.h"
 #include "aero/data/synthetic.h"
 #include "aero/data/transforms.h"
 #include "aero/fields/field_schema.h"
@@ -59,8 +60,12 @@ struct TrainSettings {
   bool tensorboard = true;
   int64_t distributed_timeout_s = 180;
 
-  // Dataset.
-  std::string dataset_path;             // empty: synthetic in memory
+  // Dataset: its source (an empty path: synthetic in memory) and the
+  // manifest's splits the run trains and validates on (the recipe's
+  // top-level train_split / val_split; an empty val_split: none).
+  DatasetSource data;
+  std::string train_split = "train", val_split = "val";
+  bool synthetic_data() const { return data.path.empty(); }
   std::string dataset_kind = "volume";  // volume | surface (the samples' kind)
   int64_t num_train = 0, num_val = 0;
   SyntheticOptions synthetic;
@@ -73,6 +78,9 @@ struct TrainSettings {
 };
 
 TrainSettings resolve_settings(const Config& config);
+// The dataset's source: dataset.path, .format, .manifest, .train_manifest,
+// .val_manifest and .pdmsh (each optional).
+DatasetSource resolve_dataset_source(const Config& config);
 // dataset.kind: "volume" (also when absent: older configs) or "surface".
 std::string resolve_dataset_kind(const Config& config);
 

@@ -1,7 +1,7 @@
 // The synthetic data is physics; sample files round-trip; bad files fail
 // with messages that name them; the loader prefetches in order and rethrows
 // worker errors on the caller's thread.
-#include "aero/data/dataset.h"
+#include "aero/data/dataset_source.h"
 #include "aero/data/loader.h"
 #include "core/io/safetensors.h"
 #include "support/recipe_support.h"

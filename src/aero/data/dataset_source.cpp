@@ -1,0 +1,138 @@
+#include "aero/data/dataset_source.h"
+
+#include "aero/data/manifest.h"
+
+#include <c10/util/Exception.h>
+
+#include <filesystem>
+
+namespace slipstream::aero {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kSamplesFormat = "slipstream-samples-v1";
+
+bool has_manifest(const DatasetSource& source) { return fs::exists(source.manifest_path()); }
+
+// Slipstream sample files for the entries: "a" is the file a or
+// a.safetensors under the root.
+std::vector<std::string> sample_files(const DatasetSource& source,
+                                      const std::vector<std::string>& entries,
+                                      const std::string& manifest_path, const std::string& split) {
+  std::vector<std::string> files;
+  for (const auto& name : entries) {
+    if (fs::is_regular_file(source.path + "/" + name)) {
+      files.push_back(name);
+    } else if (fs::is_regular_file(source.path + "/" + name + ".safetensors")) {
+      files.push_back(name + ".safetensors");
+    } else {
+      TORCH_CHECK(false, "dataset: manifest '", manifest_path, "' lists '", name, "' in split '",
+                  split, "', which does not exist under '", source.path, "'");
+    }
+  }
+  return files;
+}
+
+// The entries of one split: its own list manifest (style A) when given,
+// else the named split of the manifest. `missing_ok`: a dict manifest
+// without that split gives no entries.
+std::vector<std::string> split_entries(const DatasetSource& source, const std::string& split,
+                                       const std::string& own_manifest, bool missing_ok,
+                                       std::string& manifest_path) {
+  if (!own_manifest.empty()) {
+    manifest_path = own_manifest;
+    return read_manifest(own_manifest).split(split);
+  }
+  manifest_path = source.manifest_path();
+  TORCH_CHECK(fs::exists(manifest_path), "dataset: manifest '", manifest_path,
+              "' is missing; write the directory with `slipstream prepare` or `slipstream "
+              "make-synthetic`, or name one with dataset.manifest (or dataset.train_manifest and "
+              "dataset.val_manifest)");
+  const Manifest m = read_manifest(manifest_path);
+  if (missing_ok && m.named_splits && !m.splits.count(split)) return {};
+  return m.split(split);
+}
+
+std::shared_ptr<Dataset> open_entries(const DatasetSource& source,
+                                      const std::vector<std::string>& entries,
+                                      const std::string& manifest_path, const std::string& split) {
+  if (resolved_format(source) == "samples") {
+    return std::make_shared<DirectoryDataset>(source.path,
+                                              sample_files(source, entries, manifest_path, split));
+  }
+  const auto found = glob_relative(source.path, source.pdmsh.pattern);
+  std::vector<std::string> samples;
+  for (size_t i : match_entries(entries, found, manifest_path, split)) samples.push_back(found[i]);
+  return std::make_shared<PdmshDataset>(source.path, samples, source.pdmsh);
+}
+
+}  // namespace
+
+std::string resolved_format(const DatasetSource& source) {
+  TORCH_CHECK(fs::is_directory(source.path), "dataset: directory '", source.path,
+              "' does not exist");
+  TORCH_CHECK(source.format == "auto" || source.format == "samples" || source.format == "pdmsh",
+              "dataset: format '", source.format, "' is not one of auto, samples, pdmsh");
+  const std::string written =
+      has_manifest(source) ? read_manifest(source.manifest_path()).format : "";
+  TORCH_CHECK(written.empty() || written == kSamplesFormat, "dataset: manifest '",
+              source.manifest_path(), "' has format '", written, "', expected '", kSamplesFormat,
+              "' (or none)");
+  if (source.format != "auto") return source.format;
+  if (written == kSamplesFormat) return "samples";
+  return glob_relative(source.path, source.pdmsh.pattern).empty() ? "samples" : "pdmsh";
+}
+
+DatasetSplits open_dataset(const DatasetSource& source, const std::string& train_split,
+                           const std::string& val_split) {
+  (void)resolved_format(source);  // a missing directory or a foreign manifest first
+  std::string manifest_path;
+  const auto train =
+      split_entries(source, train_split, source.train_manifest, false, manifest_path);
+  TORCH_CHECK(!train.empty(), "dataset: manifest '", manifest_path, "' lists no samples in split '",
+              train_split, "'");
+  DatasetSplits out;
+  out.train = open_entries(source, train, manifest_path, train_split);
+  std::vector<std::string> val;
+  std::string val_manifest_path = manifest_path;
+  if (!val_split.empty() || !source.val_manifest.empty()) {
+    val = split_entries(source, val_split, source.val_manifest, true, val_manifest_path);
+  }
+  out.val = open_entries(source, val, val_manifest_path, val_split);
+  return out;
+}
+
+std::vector<std::string> split_names(const DatasetSource& source) {
+  TORCH_CHECK(fs::exists(source.manifest_path()), "dataset: manifest '", source.manifest_path(),
+              "' is missing");
+  return read_manifest(source.manifest_path()).split_names();
+}
+
+std::shared_ptr<Dataset> open_split(const DatasetSource& source, const std::string& split) {
+  (void)resolved_format(source);
+  std::string manifest_path;
+  const auto entries = split_entries(source, split, "", false, manifest_path);
+  return open_entries(source, entries, manifest_path, split);
+}
+
+DatasetSplits open_sample_directory(const std::string& dir) {
+  DatasetSource source;
+  source.path = dir;
+  return open_dataset(source, "train", "val");
+}
+
+std::vector<std::string> split_names(const std::string& dir) {
+  DatasetSource source;
+  source.path = dir;
+  return split_names(source);
+}
+
+std::shared_ptr<Dataset> open_split(const std::string& dir, const std::string& split) {
+  DatasetSource source;
+  source.path = dir;
+  return open_split(source, split);
+}
+
+}  // namespace slipstream::aero
