@@ -1,5 +1,5 @@
 // slipstream prepare --in RAW --out DIR [--val-fraction F] [--test-fraction F]
-//                    [--field T=NAME ...] [dataset=prepared_surface ...]
+//                    [--limit-points N] [--field T=NAME ...] [dataset=prepared_surface ...]
 // Raw runs to the trainer's samples: volume runs (.vtu + .stl) or, for a
 // dataset of kind surface, surface runs (.vtp). The target fields and their
 // types come from the config's dataset (`dataset.targets`).
@@ -20,6 +20,7 @@ Command add_prepare(CLI::App& app, const CommandContext& context) {
   struct Options {
     std::string in, out;
     double val_fraction = 0.25, test_fraction = 0.0;
+    int64_t limit_points = 0;
     FieldNameOptions fields;
     std::vector<std::string> overrides;
   };
@@ -29,6 +30,8 @@ Command add_prepare(CLI::App& app, const CommandContext& context) {
   sub->add_option("--out", o->out, "output directory")->required();
   sub->add_option("--val-fraction", o->val_fraction, "share of runs for validation");
   sub->add_option("--test-fraction", o->test_fraction, "share of runs for the test split");
+  sub->add_option("--limit-points", o->limit_points,
+                  "keep N points (cells) per run, a fixed random subset: a quick look (0: all)");
   o->fields.add_to(sub);
   sub->add_option("overrides", o->overrides, "key=value config overrides (dataset.targets)");
   return {sub, [o, &context]() -> int {
@@ -40,6 +43,8 @@ Command add_prepare(CLI::App& app, const CommandContext& context) {
             po.test_fraction = o->test_fraction;
             po.vtu_names = o->fields.resolve();
             po.val_fraction = o->val_fraction;
+            TORCH_CHECK(o->limit_points >= 0, "prepare: --limit-points must be >= 0");
+            po.limit_points = o->limit_points;
             const auto r = aero::prepare_runs(o->in, o->out, po);
             std::cout << "Prepared " << r.runs << " " << po.kind << " runs (" << r.train
                       << " train, " << r.val << " val, " << r.test << " test, " << r.points

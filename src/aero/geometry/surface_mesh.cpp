@@ -128,4 +128,26 @@ SurfaceMesh make_uv_sphere(double r, const std::array<double, 3>& center, int64_
   return m;
 }
 
+SurfaceMesh select_cells(const SurfaceMesh& mesh, const torch::Tensor& ids_in) {
+  const auto ids = ids_in.to(torch::kLong).contiguous();
+  const auto offsets = mesh.offsets.contiguous();
+  const int64_t* off = offsets.data_ptr<int64_t>();
+  const int64_t* id = ids.data_ptr<int64_t>();
+  const int64_t* conn = mesh.connectivity.contiguous().data_ptr<int64_t>();
+  const int64_t n = ids.numel();
+  std::vector<int64_t> new_offsets(static_cast<size_t>(n) + 1, 0), new_conn;
+  for (int64_t i = 0; i < n; ++i) {
+    TORCH_CHECK(id[i] >= 0 && id[i] < mesh.num_cells(), "surface: cell ", id[i], " of '", mesh.name,
+                "' is out of range (", mesh.num_cells(), " cells)");
+    new_conn.insert(new_conn.end(), conn + off[id[i]], conn + off[id[i] + 1]);
+    new_offsets[static_cast<size_t>(i) + 1] = static_cast<int64_t>(new_conn.size());
+  }
+  SurfaceMesh out;
+  out.vertices = mesh.vertices;
+  out.offsets = torch::tensor(new_offsets, torch::kLong);
+  out.connectivity = torch::tensor(new_conn, torch::kLong);
+  out.name = mesh.name;
+  return out;
+}
+
 }  // namespace slipstream::aero

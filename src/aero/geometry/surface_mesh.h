@@ -51,6 +51,10 @@ struct SurfaceCheck {
 };
 SurfaceCheck check_surface(const CellGeometry& geometry);
 
+// The cells `ids` (int64, any order) of `mesh`, in that order, with all of
+// its vertices.
+SurfaceMesh select_cells(const SurfaceMesh& mesh, const torch::Tensor& ids);
+
 // Reverses every cell's vertex order (its normal flips).
 void flip_orientation(SurfaceMesh& mesh);
 

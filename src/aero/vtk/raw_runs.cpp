@@ -6,8 +6,10 @@
 #include "aero/geometry/triangle_mesh.h"
 #include "aero/vtk/vtk_io.h"
 #include "core/io/atomic_file.h"
+#include "core/io/progress.h"
 #include "core/io/safetensors.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
@@ -215,8 +217,20 @@ void put_run_references(Sample& s, const std::string& run_dir, bool drivaerml_de
 
 }  // namespace
 
+namespace {
+// The rows a quick look keeps: a fixed random subset of `limit` of n, in
+// file order; undefined when there is no limit or n is within it.
+torch::Tensor limited_rows(int64_t n, int64_t limit) {
+  if (limit <= 0 || limit >= n) return {};
+  auto gen = at::detail::createCPUGenerator(20261201);
+  return std::get<0>(torch::randperm(n, gen, torch::TensorOptions().dtype(torch::kLong))
+                         .narrow(0, 0, limit)
+                         .sort());
+}
+}  // namespace
+
 Sample read_raw_run(const std::string& run_dir, const FieldSchema& targets,
-                    const std::map<std::string, std::string>& vtu_names) {
+                    const std::map<std::string, std::string>& vtu_names, int64_t limit_points) {
   TORCH_CHECK(fs::is_directory(run_dir), "prepare: run directory '", run_dir, "' does not exist");
   const auto vtu = volume_pieces(run_dir);
   const auto stl = only_file_with(run_dir, ".stl");
@@ -224,6 +238,10 @@ Sample read_raw_run(const std::string& run_dir, const FieldSchema& targets,
   std::vector<std::string> names;
   for (const auto& [target, field] : fields) names.push_back(field);
   VolumeMesh volume = read_vtu(vtu, names);
+  if (const auto rows = limited_rows(volume.points.size(0), limit_points); rows.defined()) {
+    volume.points = volume.points.index_select(0, rows);
+    for (auto& [name, t] : volume.fields) t = t.index_select(0, rows);
+  }
   TriangleMesh surface = read_stl(stl);
   SignedDistance sdf(surface);  // checks the STL is watertight
 
@@ -253,13 +271,18 @@ Sample read_raw_run(const std::string& run_dir, const FieldSchema& targets,
 
 Sample read_raw_surface_run(const std::string& run_dir, const FieldSchema& targets,
                             const std::map<std::string, std::string>& vtp_names,
-                            std::vector<std::string>* warnings) {
+                            std::vector<std::string>* warnings, int64_t limit_points) {
   TORCH_CHECK(fs::is_directory(run_dir), "prepare: run directory '", run_dir, "' does not exist");
   const auto vtp = only_file_with(run_dir, ".vtp");
   const auto fields = file_field_names(targets, vtp_names);
   std::vector<std::string> names;
   for (const auto& [target, field] : fields) names.push_back(field);
   SurfaceData surface = read_vtp(vtp, names);
+  if (const auto rows = limited_rows(surface.mesh.num_cells(), limit_points); rows.defined()) {
+    // Orientation and closure are then the kept cells' (a subset is open).
+    surface.mesh = select_cells(surface.mesh, rows);
+    for (auto& [name, t] : surface.cell_fields) t = t.index_select(0, rows);
+  }
   CellGeometry g = cell_geometry(surface.mesh);
   SurfaceCheck check = check_surface(g);
   if (check.enclosed_volume < 0) {
@@ -329,11 +352,12 @@ PrepareReport prepare_runs(const std::string& in_dir, const std::string& out_dir
   manifest["train"] = nlohmann::json::array();
   manifest["val"] = nlohmann::json::array();
   if (n_test > 0) manifest["test"] = nlohmann::json::array();
+  ProgressBar progress("prepare: " + std::to_string(n_runs) + " runs", /*quiet_s=*/5.0);
   for (int64_t i = 0; i < n_runs; ++i) {
     const auto& run = runs[static_cast<size_t>(i)];
-    Sample s = o.kind == "surface"
-                   ? read_raw_surface_run(run, o.targets, o.vtu_names, &report.warnings)
-                   : read_raw_run(run, o.targets, o.vtu_names);
+    Sample s = o.kind == "surface" ? read_raw_surface_run(run, o.targets, o.vtu_names,
+                                                          &report.warnings, o.limit_points)
+                                   : read_raw_run(run, o.targets, o.vtu_names, o.limit_points);
     const std::string name = fs::path(run).filename().string() + ".safetensors";
     write_sample_file(out_dir + "/" + name, s);
     const bool test = i >= n_runs - n_test;
@@ -341,6 +365,7 @@ PrepareReport prepare_runs(const std::string& in_dir, const std::string& out_dir
     manifest[test ? "test" : val ? "val" : "train"].push_back(name);
     (test ? report.test : val ? report.val : report.train) += 1;
     report.points += s.num_points();
+    progress.update(static_cast<double>(i + 1) / static_cast<double>(n_runs));
   }
   TORCH_CHECK(report.train > 0,
               "prepare: no run is left for train; lower --val-fraction / --test-fraction");

@@ -31,8 +31,10 @@ std::map<std::string, std::string> drivaerml_field_names();
 
 // `vtu_names` maps a target to its field in the .vtu; a target it leaves out
 // is looked up under DrivAerML's name, then under its own.
+// `limit_points` > 0 keeps that many points (a fixed random subset) before
+// the SDF is computed: a quick look at a large run.
 Sample read_raw_run(const std::string& run_dir, const FieldSchema& targets,
-                    const std::map<std::string, std::string>& vtu_names);
+                    const std::map<std::string, std::string>& vtu_names, int64_t limit_points = 0);
 
 // A surface run (DrivAerML's layout):
 //   <run>/*.vtp              the surface with cell data (pMeanTrim,
@@ -49,7 +51,7 @@ Sample read_raw_run(const std::string& run_dir, const FieldSchema& targets,
 // a surface that is not closed are reported, each warning naming the file.
 Sample read_raw_surface_run(const std::string& run_dir, const FieldSchema& targets,
                             const std::map<std::string, std::string>& vtp_names,
-                            std::vector<std::string>* warnings = nullptr);
+                            std::vector<std::string>* warnings = nullptr, int64_t limit_points = 0);
 
 struct PrepareOptions {
   std::string kind = "volume";  // volume (.vtu + .stl) | surface (.vtp)
@@ -57,6 +59,7 @@ struct PrepareOptions {
   std::map<std::string, std::string> vtu_names;  // target -> .vtu/.vtp field
   double val_fraction = 0.25;
   double test_fraction = 0.0;  // the last runs (after val's) form a test split
+  int64_t limit_points = 0;    // > 0: keep that many points (cells) per run, a quick look
 };
 struct PrepareReport {
   int64_t runs = 0, train = 0, val = 0, test = 0, points = 0;

@@ -2,9 +2,11 @@
 
 #include <c10/util/Exception.h>
 #include <torch/torch.h>
+#include <vtkCallbackCommand.h>
 #include <vtkCellArray.h>
 #include <vtkCellData.h>
 #include <vtkCellDataToPointData.h>
+#include <vtkCommand.h>
 #include <vtkDataArray.h>
 #include <vtkFloatArray.h>
 #include <vtkIdTypeArray.h>
@@ -24,6 +26,7 @@
 #include <vtkXMLUnstructuredGridWriter.h>
 
 #include "core/io/concatenated_files.h"
+#include "core/io/progress.h"
 
 #include <filesystem>
 
@@ -111,6 +114,23 @@ VolumeMesh volume_of(vtkXMLUnstructuredGridReader* reader, const std::string& pa
   return out;
 }
 
+// Draws a ProgressBar from a VTK algorithm's progress events while it runs
+// (the reads of a 50 GB volume take minutes).
+class ReadProgress {
+ public:
+  ReadProgress(vtkAlgorithm* algorithm, const std::string& what) : bar_("reading " + what) {
+    callback_->SetClientData(&bar_);
+    callback_->SetCallback([](vtkObject* caller, unsigned long, void* bar, void*) {
+      static_cast<ProgressBar*>(bar)->update(static_cast<vtkAlgorithm*>(caller)->GetProgress());
+    });
+    algorithm->AddObserver(vtkCommand::ProgressEvent, callback_);
+  }
+
+ private:
+  ProgressBar bar_;
+  vtkNew<vtkCallbackCommand> callback_;
+};
+
 // VTK's .vtu reader on a stream of ours: the reader opens its "file" once
 // for the header and again for the data, so each open hands it the stream
 // (rewound) and each close only lets go of it.
@@ -151,7 +171,10 @@ VolumeMesh read_vtu(const std::vector<std::string>& pieces,
   vtkNew<StreamUnstructuredGridReader> reader;
   reader->SetFileName(pieces.front().c_str());  // named in VTK's own messages
   reader->UseStream(&stream);
-  reader->Update();
+  {
+    ReadProgress progress(reader, what);
+    reader->Update();
+  }
   return volume_of(reader, what, field_names);
 }
 
@@ -160,7 +183,10 @@ VolumeMesh read_vtu(const std::string& path, const std::vector<std::string>& fie
   TORCH_CHECK(fs::file_size(path) > 0, "vtk: '", path, "' is empty");
   vtkNew<vtkXMLUnstructuredGridReader> reader;
   reader->SetFileName(path.c_str());
-  reader->Update();
+  {
+    ReadProgress progress(reader, path);
+    reader->Update();
+  }
   return volume_of(reader, path, field_names);
 }
 
@@ -194,7 +220,10 @@ SurfaceData read_vtp(const std::string& path, const std::vector<std::string>& fi
   TORCH_CHECK(fs::file_size(path) > 0, "vtk: '", path, "' is empty");
   vtkNew<vtkXMLPolyDataReader> reader;
   reader->SetFileName(path.c_str());
-  reader->Update();
+  {
+    ReadProgress progress(reader, path);
+    reader->Update();
+  }
   vtkPolyData* poly = reader->GetOutput();
   TORCH_CHECK(reader->GetErrorCode() == 0 && poly != nullptr && poly->GetNumberOfPolys() > 0,
               "vtk: '", path,

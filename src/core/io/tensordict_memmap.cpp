@@ -60,10 +60,12 @@ void read_tensordict_level(const std::string& dir, const nlohmann::json& meta, M
   }
   for (const auto& [key, entry] : meta.items()) {
     if (!entry.is_object()) continue;  // shape, device, _type
-    const std::string where = "tensordict: '" + meta_path + "' key '" + key + "'";
+    std::string where = "tensordict: '";
+    where.append(meta_path).append("' key '").append(key).append("'");
     const std::string file_key = memmap_file_key(key);
     if (entry.contains("type")) {
-      out.children.emplace(key, read_level(dir + "/" + file_key, dir + "/" + file_key));
+      const std::string child = (fs::path(dir) / file_key).string();
+      out.children.emplace(key, read_level(child, child));
       continue;
     }
     TORCH_CHECK(entry.contains("dtype") && entry.contains("shape"), where,
@@ -79,7 +81,7 @@ void read_tensordict_level(const std::string& dir, const nlohmann::json& meta, M
       shape.push_back(n);
       numel *= n;
     }
-    const std::string file = dir + "/" + file_key + ".memmap";
+    const std::string file = (fs::path(dir) / (file_key + ".memmap")).string();
     if (!fs::exists(file)) {
       TORCH_CHECK(numel == 0, "tensordict: '", file, "' (key '", key, "' of '", meta_path,
                   "') is missing");

@@ -1,6 +1,7 @@
 // Real CFD data path: STL signed distances against the analytic sphere, VTK
 // files with bad content, and the whole chain make-synthetic --format vtk ->
 // prepare -> train -> infer, read back with VTK. Built where VTK is.
+#include "aero/data/dataset.h"
 #include "aero/geometry/triangle_mesh.h"
 #include "aero/vtk/raw_runs.h"
 #include "aero/vtk/vtk_io.h"
@@ -199,6 +200,22 @@ TEST(RawRunTest, AVolumeInNumberedPiecesReadsAsTheWholeFile) {
   for (const char* name : {"points", "velocity", "pressure", "nut", "sdf"}) {
     EXPECT_TRUE(torch::equal(pieces.point(name), whole.point(name))) << name;
   }
+  // `prepare --limit-points` on the DrivAerML-layout folder: a fixed subset
+  // of the run's own points, each with its own values and SDF.
+  PrepareOptions po;
+  po.val_fraction = 0;
+  po.limit_points = 500;
+  const auto report = prepare_runs(dir.path(), dir.file("prepared"), po);
+  EXPECT_EQ(report.points, 500);
+  const Sample quick = read_sample_file(dir.file("prepared/run_0000.safetensors"));
+  ASSERT_EQ(quick.num_points(), 500);
+  const auto match = torch::cdist(quick.point("points"), whole.point("points")).min(1);
+  EXPECT_EQ(std::get<0>(match).max().item<float>(), 0.f);
+  const auto rows = std::get<1>(match);
+  for (const char* name : {"velocity", "pressure", "sdf"}) {
+    EXPECT_TRUE(torch::allclose(quick.point(name), whole.point(name).index_select(0, rows)))
+        << name;
+  }
   fs::remove(run + "/volume.vtu.01.part");
   msg = error_message_of([&] { read_raw_run(run, targets, {}); });
   EXPECT_NE(msg.find("piece 1 of 'volume.vtu' is missing"), std::string::npos) << msg;
@@ -278,6 +295,9 @@ TEST(SurfaceRunTest, SyntheticRunReadsBackWithItsReferencesAndTheCfdCoefficients
   std::vector<std::string> warnings;
   const Sample s = read_raw_surface_run(run, surface_fields(), {}, &warnings);
   EXPECT_TRUE(warnings.empty()) << warnings.front();
+  const Sample quick = read_raw_surface_run(run, surface_fields(), {}, nullptr, 100);
+  EXPECT_EQ(quick.num_points(), 100);
+  EXPECT_EQ(quick.mesh.at("offsets").size(0), 101);
   const Sample truth = make_synthetic_surface_sample(0, o);
   ASSERT_EQ(s.num_points(), truth.num_points());
   EXPECT_TRUE(torch::allclose(s.point("points"), truth.point("points"), 1e-5, 1e-5));
