@@ -15,6 +15,7 @@
 #   exact      Transolver's exact chunked inference of a 2M- and a 20M-point volume
 #   mdlus      export a fine-tuned model as .mdlus; torch.load and the fixture's names check it
 #   train      3 epochs of the volume config, then TensorBoard's own reader on the logs
+#   recompute  bench at RECOMPUTE_POINTS x RECOMPUTE_MODES (training.recompute), and its sync audit
 #   profile    bench --profile: device time per kernel (and the operators behind them)
 #   multi      2 GPUs: NCCL tests, bench on 1 and 2 GPUs, a 2-rank training
 #   torchrun   2 GPUs through torchrun
@@ -157,6 +158,25 @@ stage_exact() {
     $BIN infer --checkpoint runs/exact --split train --data /tmp/exact-$points \
       --out "$OUT/exact-$points" 2>&1 | grep -vE "^coef|^C[DLSM]" | tee -a "$OUT/summary.txt"
   done
+}
+
+stage_recompute() {
+  # Points per step x training.recompute (issue 19): ms/step and peak GiB.
+  for points in ${RECOMPUTE_POINTS:-200000 1000000}; do
+    for mode in ${RECOMPUTE_MODES:-none attention block}; do
+      log "recompute: bench, transolver_volume, $points points, AdamW, recompute=$mode"
+      bench --rounds 1 --steps ${RECOMPUTE_STEPS:-5} --warmup 2 --policies async \
+        optimizer.name=adamw training.recompute=$mode dataset.num_train=2 dataset.num_val=0 \
+        dataset.points_per_sample=$((points + points / 20)) dataset.sampling_resolution=$points \
+        run_id=rc-$mode-$points || log "recompute: $mode at $points points FAILED"
+    done
+  done
+  if [ -z "${RECOMPUTE_NO_AUDIT:-}" ]; then
+    log "recompute: audit, volume config, 200k points, recompute=block, 20 steps"
+    $BIN train --audit-syncs model=transolver_volume dataset=synthetic_volume training.num_epochs=1 \
+      training.steps_per_epoch=20 training.validate=false training.recompute=block \
+      run_id=rc-audit 2>&1 | grep -E "Sync audit|error" | tee -a "$OUT/summary.txt"
+  fi
 }
 
 stage_mdlus() {

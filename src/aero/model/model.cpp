@@ -4,6 +4,12 @@
 
 namespace slipstream::aero {
 
+void Model::set_recompute(const RecomputeOptions& options) {
+  TORCH_CHECK(options.mode == Recompute::kNone, "model: ", class_name(),
+              " does not support training.recompute=", to_string(options.mode),
+              " yet; use training.recompute=none");
+}
+
 void Model::load_named(const std::map<std::string, torch::Tensor>& tensors,
                        const std::string& prefix) {
   torch::NoGradGuard no_grad;

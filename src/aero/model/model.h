@@ -6,6 +6,8 @@
 // A new family is a new Model subclass and one entry in registry.cpp.
 #pragma once
 
+#include "aero/model/recompute.h"
+
 #include <c10/core/Device.h>
 #include <torch/nn/module.h>
 #include <nlohmann/json.hpp>
@@ -46,6 +48,10 @@ class Model : public torch::nn::Module {
   // input (B, N, .) whole, on the model's device). Only where
   // exact_in_chunks().
   virtual torch::Tensor forward_in_chunks(const ModelInputs& inputs, int64_t chunk);
+
+  // What the blocks keep for the backward (recompute.h); a model without
+  // recompute accepts only Recompute::kNone and names itself otherwise.
+  virtual void set_recompute(const RecomputeOptions& options);
 
   void load_named(const std::map<std::string, torch::Tensor>& tensors,
                   const std::string& prefix = "");

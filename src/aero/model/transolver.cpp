@@ -157,17 +157,34 @@ TransolverBlockImpl::TransolverBlockImpl(const TransolverOptions& o, bool last)
   }
 }
 
-torch::Tensor TransolverBlockImpl::forward(const torch::Tensor& x_in) {
-  const auto norm = [&](const torch::nn::LayerNormImpl& ln, const torch::Tensor& x) {
-    return layer_norm(ln, x, bf16_layer_norm);
-  };
-  auto x = Attn->forward(norm(*ln_1, x_in)) + x_in;
-  x = ln_mlp1[1]->as<Mlp>()->forward(norm(*ln_mlp1[0]->as<torch::nn::LayerNorm>(), x)) + x;
-  if (!ln_mlp2.is_empty()) {
-    return linear(*ln_mlp2[1]->as<torch::nn::Linear>(),
-                  norm(*ln_mlp2[0]->as<torch::nn::LayerNorm>(), x));
+torch::Tensor TransolverBlockImpl::AttentionPart::run(const torch::Tensor& x) {
+  return block->Attn->forward(layer_norm(*block->ln_1, x, block->bf16_layer_norm)) + x;
+}
+
+torch::Tensor TransolverBlockImpl::MlpPart::run(const torch::Tensor& x_in) {
+  auto& b = *block;
+  const auto x = b.ln_mlp1[1]->as<Mlp>()->forward(layer_norm(
+                     *b.ln_mlp1[0]->as<torch::nn::LayerNorm>(), x_in, b.bf16_layer_norm)) +
+                 x_in;
+  if (b.ln_mlp2.is_empty()) return x;
+  return linear(*b.ln_mlp2[1]->as<torch::nn::Linear>(),
+                layer_norm(*b.ln_mlp2[0]->as<torch::nn::LayerNorm>(), x, b.bf16_layer_norm));
+}
+
+torch::Tensor TransolverBlockImpl::WholeBlock::run(const torch::Tensor& x) {
+  const int64_t chunk = block->recompute_options.point_chunk;
+  return recompute(block->mlp_part_, recompute(block->attention_part_, x), chunk);
+}
+
+torch::Tensor TransolverBlockImpl::forward(const torch::Tensor& x) {
+  switch (recompute_options.mode) {
+    case Recompute::kAttention:
+      return mlp_part_.run(recompute(attention_part_, x));
+    case Recompute::kBlock:
+      return recompute(whole_, x);
+    default:
+      return mlp_part_.run(attention_part_.run(x));
   }
-  return x;
 }
 
 torch::Tensor TransolverBlockImpl::forward_in_chunks(torch::Tensor& x, int64_t chunk) {
@@ -231,9 +248,17 @@ torch::Tensor TransolverImpl::forward(const torch::Tensor& embedding, const torc
       embedding.size(-1) == options_.embedding_dim && fx.size(-1) == options_.functional_dim,
       "model: expected embedding dim ", options_.embedding_dim, " and functional dim ",
       options_.functional_dim, ", got ", embedding.size(-1), " and ", fx.size(-1));
-  auto x = preprocess->forward(torch::cat({embedding, fx}, -1));
+  const auto input = torch::cat({embedding, fx}, -1);
+  auto x = recompute_.mode == Recompute::kBlock
+               ? recompute(preprocess_part_, input, recompute_.point_chunk)
+               : preprocess->forward(input);
   for (const auto& block : *blocks) x = block->as<TransolverBlock>()->forward(x);
   return x;
+}
+
+void TransolverImpl::set_recompute(const RecomputeOptions& options) {
+  recompute_ = options;
+  for (const auto& block : *blocks) block->as<TransolverBlock>()->recompute_options = options;
 }
 
 torch::Tensor TransolverImpl::forward_in_chunks(const ModelInputs& inputs, int64_t chunk) {

@@ -95,7 +95,10 @@ TORCH_MODULE(PhysicsAttention);
 class TransolverBlockImpl : public torch::nn::Module {
  public:
   TransolverBlockImpl(const TransolverOptions& o, bool last);
+  // x + Attn(LN(x)), then x + MLP(LN(x)) (the last block: its head), keeping
+  // for the backward what `recompute` says.
   torch::Tensor forward(const torch::Tensor& x);
+  RecomputeOptions recompute_options;
   // forward over x (B, N, C) in chunks of `chunk` points: x is updated in
   // place; the last block returns its output (B, N, out_dim).
   torch::Tensor forward_in_chunks(torch::Tensor& x, int64_t chunk);
@@ -105,6 +108,27 @@ class TransolverBlockImpl : public torch::nn::Module {
   PhysicsAttention Attn{nullptr};
   torch::nn::Sequential ln_mlp1{nullptr};
   torch::nn::Sequential ln_mlp2{nullptr};  // last block only
+
+ private:
+  // The two sub-blocks and the whole block, as recompute() runs them.
+  struct AttentionPart : Recomputable {
+    explicit AttentionPart(TransolverBlockImpl* b) : block(b) {}
+    TransolverBlockImpl* block;
+    torch::Tensor run(const torch::Tensor& x) override;
+  };
+  struct MlpPart : Recomputable {  // pointwise
+    explicit MlpPart(TransolverBlockImpl* b) : block(b) {}
+    TransolverBlockImpl* block;
+    torch::Tensor run(const torch::Tensor& x) override;
+  };
+  struct WholeBlock : Recomputable {
+    explicit WholeBlock(TransolverBlockImpl* b) : block(b) {}
+    TransolverBlockImpl* block;
+    torch::Tensor run(const torch::Tensor& x) override;
+  };
+  AttentionPart attention_part_{this};
+  MlpPart mlp_part_{this};
+  WholeBlock whole_{this};
 };
 TORCH_MODULE(TransolverBlock);
 
@@ -122,6 +146,7 @@ class TransolverImpl : public Model {
   }
   nlohmann::json physicsnemo_args() const override;
   bool exact_in_chunks() const override { return true; }
+  void set_recompute(const RecomputeOptions& options) override;
   torch::Tensor forward_in_chunks(const ModelInputs& inputs, int64_t chunk) override;
   // physics_attention: "fused CUDA kernels" or "plain LibTorch"; layer_norm:
   // "bf16" or "fp32".
@@ -135,7 +160,14 @@ class TransolverImpl : public Model {
   torch::nn::ModuleList blocks{nullptr};
 
  private:
+  struct Preprocess : Recomputable {  // pointwise
+    explicit Preprocess(TransolverImpl* m) : model(m) {}
+    TransolverImpl* model;
+    torch::Tensor run(const torch::Tensor& x) override { return model->preprocess->forward(x); }
+  };
   TransolverOptions options_;
+  RecomputeOptions recompute_;
+  Preprocess preprocess_part_{this};
 };
 TORCH_MODULE(Transolver);
 

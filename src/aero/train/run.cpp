@@ -278,6 +278,7 @@ std::unique_ptr<Run> build_run(const Config& config, const DistributedEnv& env) 
   run->loader = loader_options(run->spec, run->device);
   run->shape = model_shape(run->spec, run->data.train->layout());
   run->model = build_initial_model(config, run->shape, s.seed);
+  run->model->set_recompute(s.recompute);
   config.check_known_keys();  // every key was read by something, before any work
   run->model->to(run->device);
   if (run->world_size > 1) {

@@ -195,6 +195,12 @@ TrainSettings resolve_settings(const Config& c) {
   s.validate = c.get<bool>("training.validate");
   s.steps_per_epoch = c.get<int64_t>("training.steps_per_epoch");
   TORCH_CHECK(s.steps_per_epoch >= 0, "config: 'training.steps_per_epoch' must be >= 0");
+  s.recompute.mode = parse_recompute(optional_string(c, "training.recompute", "none"));
+  if (c.has("training.recompute_chunk")) {
+    s.recompute.point_chunk = c.get<int64_t>("training.recompute_chunk");
+    TORCH_CHECK(s.recompute.point_chunk >= 0,
+                "config: 'training.recompute_chunk' must be >= 0 (0: no chunks)");
+  }
   s.readback = parse_readback_policy(c.get<std::string>("training.readback"));
 
   s.optimizer.name = c.get<std::string>("optimizer.name");

@@ -10,6 +10,7 @@
 #include "aero/data/transforms.h"
 #include "aero/fields/field_schema.h"
 #include "aero/forces/force_coefficients.h"
+#include "aero/model/recompute.h"
 #include "aero/optim/muon_adamw.h"
 #include "core/readback/step_readback.h"
 
@@ -46,6 +47,7 @@ struct TrainSettings {
   bool start_over = false;  // discard this run_id's checkpoints and logs
   bool validate = true;
   int64_t steps_per_epoch = 0;  // 0: one pass over the train shard
+  RecomputeOptions recompute;   // training.recompute, training.recompute_chunk
   ReadbackPolicy readback = ReadbackPolicy::kAsync;
   OptimizerOptions optimizer;
   std::string scheduler = "steplr";

@@ -1,0 +1,111 @@
+#include "aero/model/recompute.h"
+
+#include "core/device/device.h"
+
+#include <torch/autograd.h>
+#include <torch/torch.h>
+
+#ifdef SLIPSTREAM_WITH_CUDA
+#include <ATen/autocast_mode.h>
+#endif
+
+namespace slipstream::aero {
+
+Recompute parse_recompute(const std::string& name) {
+  if (name == "none") return Recompute::kNone;
+  if (name == "attention") return Recompute::kAttention;
+  if (name == "block") return Recompute::kBlock;
+  TORCH_CHECK(false, "config: training.recompute '", name,
+              "' is not one of none, attention, block");
+  return Recompute::kNone;  // not reached
+}
+
+std::string to_string(Recompute mode) {
+  switch (mode) {
+    case Recompute::kAttention:
+      return "attention";
+    case Recompute::kBlock:
+      return "block";
+    default:
+      return "none";
+  }
+}
+
+namespace {
+
+bool autocast_on() {
+#ifdef SLIPSTREAM_WITH_CUDA
+  return at::autocast::is_autocast_enabled(at::kCUDA);
+#else
+  return false;
+#endif
+}
+
+// fn over x, `chunk` points at a time along dim 1 (all at once when 0).
+torch::Tensor run_in_chunks(Recomputable& fn, const torch::Tensor& x, int64_t chunk) {
+  const int64_t n = x.size(1);
+  if (chunk <= 0 || chunk >= n) return fn.run(x);
+  torch::Tensor out;
+  for (int64_t s = 0; s < n; s += chunk) {
+    const int64_t len = std::min(chunk, n - s);
+    const auto y = fn.run(x.narrow(1, s, len));
+    if (!out.defined()) {
+      auto sizes = y.sizes().vec();
+      sizes[1] = n;
+      out = torch::empty(sizes, y.options());
+    }
+    out.narrow(1, s, len).copy_(y);
+  }
+  return out;
+}
+
+struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
+  // `anchor` is an empty tensor that needs grad, so that the output needs
+  // grad (and the backward runs, for fn's parameters) even when x does not.
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
+                               torch::Tensor anchor, int64_t fn_address, int64_t chunk) {
+    (void)anchor;
+    ctx->saved_data["fn"] = fn_address;
+    ctx->saved_data["chunk"] = chunk;
+    ctx->saved_data["autocast"] = autocast_on();
+    ctx->save_for_backward({x});
+    return run_in_chunks(*reinterpret_cast<Recomputable*>(fn_address), x, chunk);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* fn = reinterpret_cast<Recomputable*>(ctx->saved_data["fn"].toInt());
+    const int64_t chunk = ctx->saved_data["chunk"].toInt();
+    const auto x = ctx->get_saved_variables()[0];
+    const auto grad = grads[0];
+    if (!grad.defined())
+      return {torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    AutocastGuard autocast(x.device(), ctx->saved_data["autocast"].toBool());
+    torch::AutoGradMode enable(true);
+    const int64_t n = x.size(1);
+    const int64_t step = chunk <= 0 || chunk >= n ? n : chunk;
+    torch::Tensor grad_x = step == n ? torch::Tensor() : torch::empty_like(x);
+    for (int64_t s = 0; s < n; s += step) {
+      const int64_t len = std::min(step, n - s);
+      auto xc = (step == n ? x : x.narrow(1, s, len)).detach().requires_grad_(true);
+      const auto y = fn->run(xc);
+      torch::autograd::backward({y}, {step == n ? grad : grad.narrow(1, s, len)});
+      if (step == n) {
+        grad_x = xc.grad();
+      } else {
+        grad_x.narrow(1, s, len).copy_(xc.grad());
+      }
+    }
+    return {grad_x, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor recompute(Recomputable& fn, const torch::Tensor& x, int64_t point_chunk) {
+  if (!torch::GradMode::is_enabled()) return fn.run(x);
+  const auto anchor = torch::empty({0}, x.options().requires_grad(true));
+  return RecomputeFunction::apply(x, anchor, reinterpret_cast<int64_t>(&fn), point_chunk);
+}
+
+}  // namespace slipstream::aero

@@ -1,0 +1,49 @@
+// Activation recompute (checkpointing) for the models' blocks.
+//
+// recompute(fn, x) returns fn(x) without keeping any tensor fn makes: the
+// forward runs without grad and keeps x alone; the backward runs fn(x)
+// again, with grad and under the autocast state of the forward, and
+// backpropagates the incoming gradient through that graph (a reentrant
+// backward: fn's parameters get their gradients accumulated as the
+// undisturbed backward would, and x its gradient). fn must be deterministic
+// (no dropout), read no other tensor that needs grad than x and parameters,
+// and outlive the backward.
+//
+// With `point_chunk` > 0, fn is taken to be pointwise along dim 1 (an MLP,
+// a LayerNorm: row n of the output depends on row n of x only), and both
+// passes go `point_chunk` points at a time, so that fn's own activations
+// never exist for more than one chunk: the peak of a pointwise sub-block
+// falls from N rows to a chunk's. The parameter gradients are then sums over
+// chunks (equal to the unchunked ones to fp32 round-off); without chunks
+// they are bitwise the same on the CPU.
+#pragma once
+
+#include <torch/types.h>
+
+#include <string>
+
+namespace slipstream::aero {
+
+// What the model's blocks keep for the backward (training.recompute):
+//   none       everything (fastest, the most memory)
+//   attention  each block's attention sub-block is recomputed
+//   block      each whole block is recomputed from its input, its two
+//              sub-blocks in turn (the pointwise one in chunks of points)
+enum class Recompute { kNone, kAttention, kBlock };
+Recompute parse_recompute(const std::string& name);  // throws naming the value
+std::string to_string(Recompute mode);
+
+struct RecomputeOptions {
+  Recompute mode = Recompute::kNone;
+  int64_t point_chunk = 0;  // pointwise sub-blocks in chunks of this many points; 0: whole
+};
+
+class Recomputable {
+ public:
+  virtual ~Recomputable() = default;
+  virtual torch::Tensor run(const torch::Tensor& x) = 0;
+};
+
+torch::Tensor recompute(Recomputable& fn, const torch::Tensor& x, int64_t point_chunk = 0);
+
+}  // namespace slipstream::aero
