@@ -59,6 +59,28 @@ torch::Tensor run_in_chunks(Recomputable& fn, const torch::Tensor& x, int64_t ch
   return out;
 }
 
+// second's backward from its input `mid` (no grad) and its output's
+// gradient, `chunk` points at a time: returns d loss / d mid, accumulating
+// second's parameter gradients.
+torch::Tensor pointwise_backward(Recomputable& second, const torch::Tensor& mid,
+                                 const torch::Tensor& grad, int64_t chunk) {
+  const int64_t n = mid.size(1);
+  const int64_t step = chunk <= 0 || chunk >= n ? n : chunk;
+  torch::Tensor grad_mid = step == n ? torch::Tensor() : torch::empty_like(mid);
+  for (int64_t s = 0; s < n; s += step) {
+    const int64_t len = std::min(step, n - s);
+    auto xc = (step == n ? mid : mid.narrow(1, s, len)).detach().requires_grad_(true);
+    const auto y = second.run(xc);
+    torch::autograd::backward({y}, {step == n ? grad : grad.narrow(1, s, len)});
+    if (step == n) {
+      grad_mid = xc.grad();
+    } else {
+      grad_mid.narrow(1, s, len).copy_(xc.grad());
+    }
+  }
+  return grad_mid;
+}
+
 struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
   // `anchor` is an empty tensor that needs grad, so that the output needs
   // grad (and the backward runs, for fn's parameters) even when x does not.
@@ -82,25 +104,52 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
       return {torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
     AutocastGuard autocast(x.device(), ctx->saved_data["autocast"].toBool());
     torch::AutoGradMode enable(true);
-    const int64_t n = x.size(1);
-    const int64_t step = chunk <= 0 || chunk >= n ? n : chunk;
-    torch::Tensor grad_x = step == n ? torch::Tensor() : torch::empty_like(x);
-    for (int64_t s = 0; s < n; s += step) {
-      const int64_t len = std::min(step, n - s);
-      auto xc = (step == n ? x : x.narrow(1, s, len)).detach().requires_grad_(true);
-      const auto y = fn->run(xc);
-      torch::autograd::backward({y}, {step == n ? grad : grad.narrow(1, s, len)});
-      if (step == n) {
-        grad_x = xc.grad();
-      } else {
-        grad_x.narrow(1, s, len).copy_(xc.grad());
-      }
-    }
+    const auto grad_x = pointwise_backward(*fn, x, grad, chunk);
     return {grad_x, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
+struct RecomputePairFunction : public torch::autograd::Function<RecomputePairFunction> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
+                               torch::Tensor anchor, int64_t first, int64_t second, int64_t chunk) {
+    (void)anchor;
+    ctx->saved_data["first"] = first;
+    ctx->saved_data["second"] = second;
+    ctx->saved_data["chunk"] = chunk;
+    ctx->saved_data["autocast"] = autocast_on();
+    ctx->save_for_backward({x});
+    const auto mid = reinterpret_cast<Recomputable*>(first)->run(x);
+    return run_in_chunks(*reinterpret_cast<Recomputable*>(second), mid, chunk);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const torch::autograd::variable_list none(5);
+    if (!grads[0].defined()) return none;
+    auto* first = reinterpret_cast<Recomputable*>(ctx->saved_data["first"].toInt());
+    auto* second = reinterpret_cast<Recomputable*>(ctx->saved_data["second"].toInt());
+    const auto x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    AutocastGuard autocast(x.device(), ctx->saved_data["autocast"].toBool());
+    torch::AutoGradMode enable(true);
+    const auto mid = first->run(x);
+    const auto grad_mid =
+        pointwise_backward(*second, mid.detach(), grads[0], ctx->saved_data["chunk"].toInt());
+    torch::autograd::backward({mid}, {grad_mid});
+    auto out = none;
+    out[0] = x.grad();
+    return out;
+  }
+};
+
 }  // namespace
+
+torch::Tensor recompute_pair(Recomputable& first, Recomputable& second, const torch::Tensor& x,
+                             int64_t point_chunk) {
+  if (!torch::GradMode::is_enabled()) return second.run(first.run(x));
+  const auto anchor = torch::empty({0}, x.options().requires_grad(true));
+  return RecomputePairFunction::apply(x, anchor, reinterpret_cast<int64_t>(&first),
+                                      reinterpret_cast<int64_t>(&second), point_chunk);
+}
 
 torch::Tensor recompute(Recomputable& fn, const torch::Tensor& x, int64_t point_chunk) {
   if (!torch::GradMode::is_enabled()) return fn.run(x);

@@ -46,4 +46,12 @@ class Recomputable {
 
 torch::Tensor recompute(Recomputable& fn, const torch::Tensor& x, int64_t point_chunk = 0);
 
+// second(first(x)) kept as recompute(second, recompute(first, x)) would keep
+// it (x alone), but with one recompute of each instead of two: the backward
+// runs first(x) with grad, then second (pointwise) in chunks of
+// `point_chunk` points from first's output, forward and backward a chunk at
+// a time, then backpropagates through first.
+torch::Tensor recompute_pair(Recomputable& first, Recomputable& second, const torch::Tensor& x,
+                             int64_t point_chunk);
+
 }  // namespace slipstream::aero

@@ -171,17 +171,12 @@ torch::Tensor TransolverBlockImpl::MlpPart::run(const torch::Tensor& x_in) {
                 layer_norm(*b.ln_mlp2[0]->as<torch::nn::LayerNorm>(), x, b.bf16_layer_norm));
 }
 
-torch::Tensor TransolverBlockImpl::WholeBlock::run(const torch::Tensor& x) {
-  const int64_t chunk = block->recompute_options.point_chunk;
-  return recompute(block->mlp_part_, recompute(block->attention_part_, x), chunk);
-}
-
 torch::Tensor TransolverBlockImpl::forward(const torch::Tensor& x) {
   switch (recompute_options.mode) {
     case Recompute::kAttention:
       return mlp_part_.run(recompute(attention_part_, x));
     case Recompute::kBlock:
-      return recompute(whole_, x);
+      return recompute_pair(attention_part_, mlp_part_, x, recompute_options.point_chunk);
     default:
       return mlp_part_.run(attention_part_.run(x));
   }

@@ -110,7 +110,7 @@ class TransolverBlockImpl : public torch::nn::Module {
   torch::nn::Sequential ln_mlp2{nullptr};  // last block only
 
  private:
-  // The two sub-blocks and the whole block, as recompute() runs them.
+  // The two sub-blocks, as recompute() runs them.
   struct AttentionPart : Recomputable {
     explicit AttentionPart(TransolverBlockImpl* b) : block(b) {}
     TransolverBlockImpl* block;
@@ -121,14 +121,8 @@ class TransolverBlockImpl : public torch::nn::Module {
     TransolverBlockImpl* block;
     torch::Tensor run(const torch::Tensor& x) override;
   };
-  struct WholeBlock : Recomputable {
-    explicit WholeBlock(TransolverBlockImpl* b) : block(b) {}
-    TransolverBlockImpl* block;
-    torch::Tensor run(const torch::Tensor& x) override;
-  };
   AttentionPart attention_part_{this};
   MlpPart mlp_part_{this};
-  WholeBlock whole_{this};
 };
 TORCH_MODULE(TransolverBlock);
 
