@@ -34,7 +34,11 @@ int remove_entry(const char* path, const struct stat*, int, struct FTW*) { retur
 // nftw rather than std::filesystem::remove_all: PyTorch 2.11's libtorch.so
 // exports its own std::filesystem::remove_all, which crashes when called
 // from code built with the system's libstdc++ (seen on the GPU image).
-TempDir::~TempDir() { nftw(path_.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
+void remove_tree(const std::string& path) {
+  nftw(path.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+TempDir::~TempDir() { remove_tree(path_); }
 
 std::string fixtures_dir() {
   if (const char* env = std::getenv("SLIPSTREAM_FIXTURES_DIR")) return env;

@@ -28,6 +28,10 @@ class TempDir {
   std::string path_;
 };
 
+// Removes a file or a directory tree (never std::filesystem::remove_all,
+// which PyTorch 2.11's libtorch.so shadows with one that crashes).
+void remove_tree(const std::string& path);
+
 // tests/fixtures (reference outputs; see its README), or $SLIPSTREAM_FIXTURES_DIR.
 std::string fixtures_dir();
 

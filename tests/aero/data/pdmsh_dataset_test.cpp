@@ -316,8 +316,8 @@ TEST(PdmshDatasetTest, AMissingFieldOrBodyIsNamedBeforeTheFirstStep) {
   EXPECT_NE(msg.find("no field 'pMeanTrim'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("target 'pressure'"), std::string::npos) << msg;
   // Without its body the SDF cannot be computed.
-  fs::remove_all(dir.file("run_1/drivaer_1_single_solid.stl.pmsh"));
-  fs::remove_all(dir.file("run_1/domain_1.pdmsh/_tensordict/boundaries/vehicle"));
+  testing::remove_tree(dir.file("run_1/drivaer_1_single_solid.stl.pmsh"));
+  testing::remove_tree(dir.file("run_1/domain_1.pdmsh/_tensordict/boundaries/vehicle"));
   std::ofstream(dir.file("run_1/domain_1.pdmsh/_tensordict/boundaries/meta.json"))
       << json{{"shape", json::array()}, {"device", "cpu"}, {"_type", kTdType}}.dump();
   msg = error_message_of([&] { data.train->get(0); });
