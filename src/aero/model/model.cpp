@@ -10,6 +10,11 @@ void Model::set_recompute(const RecomputeOptions& options) {
               " yet; use training.recompute=none");
 }
 
+void Model::set_domain_group(Communicator* group) {
+  TORCH_CHECK(group == nullptr || group->world_size() == 1, "model: ", class_name(),
+              " cannot shard a sample's points over ranks (distributed.domain_parallel) yet");
+}
+
 void Model::load_named(const std::map<std::string, torch::Tensor>& tensors,
                        const std::string& prefix) {
   torch::NoGradGuard no_grad;

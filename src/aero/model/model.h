@@ -7,6 +7,7 @@
 #pragma once
 
 #include "aero/model/recompute.h"
+#include "core/distributed/communicator.h"
 
 #include <c10/core/Device.h>
 #include <torch/nn/module.h>
@@ -52,6 +53,11 @@ class Model : public torch::nn::Module {
   // What the blocks keep for the backward (recompute.h); a model without
   // recompute accepts only Recompute::kNone and names itself otherwise.
   virtual void set_recompute(const RecomputeOptions& options);
+
+  // Domain parallelism (domain_parallel.h): each rank of `group` holds a
+  // shard of every sample's points; null: the whole sample here. A model
+  // that cannot shard a sample accepts only null and names itself otherwise.
+  virtual void set_domain_group(Communicator* group);
 
   void load_named(const std::map<std::string, torch::Tensor>& tensors,
                   const std::string& prefix = "");

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "aero/model/domain_parallel.h"
 #include "aero/model/fused_layer_norm.h"
 #include "aero/model/fused_physics_attention.h"
 #include "aero/model/linear.h"
@@ -97,15 +98,16 @@ torch::Tensor PhysicsAttentionImpl::forward(const torch::Tensor& x_in) {
   auto x_mid = linear(*in_project_x, x).view({b, n, heads, dim_head});
   auto fx_mid = linear(*in_project_fx, x).view({b, n, heads, dim_head});
   torch::Tensor out;
-  if (uses_fused(x_mid)) {
+  if (domain_group == nullptr && uses_fused(x_mid)) {
     out = fused_physics_attention(
         x_mid, fx_mid,
         {in_project_slice->weight, in_project_slice->bias, temperature, qkv_project->weight, eps});
   } else {
-    auto w = slice_weights(x_mid);                                     // B N H G
-    auto norm = w.sum(1);                                              // B H G
-    auto slice_token = torch::einsum("bnhg,bnhc->bhgc", {w, fx_mid});  // B H G D
-    slice_token = slice_token / (norm + eps).unsqueeze(-1);
+    auto w = slice_weights(x_mid);  // B N H G
+    // Sums over the points: over every rank's shard under domain parallelism.
+    auto norm = domain_sum(w.sum(1), domain_group);  // B H G
+    auto slice_token = domain_sum(torch::einsum("bnhg,bnhc->bhgc", {w, fx_mid}), domain_group);
+    slice_token = slice_token / (norm + eps).unsqueeze(-1);                    // B H G D
     auto out_slice = slice_token_attention(slice_token, qkv_project->weight);  // B H G D
     out = torch::einsum("bnhg,bhgc->bnhc", {w, out_slice});                    // B N H D
   }
@@ -192,6 +194,8 @@ torch::Tensor TransolverBlockImpl::forward_in_chunks(torch::Tensor& x, int64_t c
   for (int64_t s = 0; s < n; s += chunk) {
     Attn->accumulate(norm(*ln_1, x.narrow(1, s, std::min(chunk, n - s))), slice_norm, slice_token);
   }
+  slice_norm = domain_sum(slice_norm, Attn->domain_group);
+  slice_token = domain_sum(slice_token, Attn->domain_group);
   const auto out_slice = Attn->slice_outputs(slice_norm, slice_token);
   for (int64_t s = 0; s < n; s += chunk) {
     auto xc = x.narrow(1, s, std::min(chunk, n - s));
@@ -249,6 +253,13 @@ torch::Tensor TransolverImpl::forward(const torch::Tensor& embedding, const torc
                : preprocess->forward(input);
   for (const auto& block : *blocks) x = block->as<TransolverBlock>()->forward(x);
   return x;
+}
+
+void TransolverImpl::set_domain_group(Communicator* group) {
+  for (const auto& block : *blocks) {
+    block->as<TransolverBlock>()->Attn->domain_group =
+        group != nullptr && group->world_size() > 1 ? group : nullptr;
+  }
 }
 
 void TransolverImpl::set_recompute(const RecomputeOptions& options) {

@@ -86,6 +86,9 @@ class PhysicsAttentionImpl : public torch::nn::Module {
   int64_t heads, dim_head, slices;
   double eps;
   bool fused;
+  // Set by TransolverImpl::set_domain_group: the slice statistics are summed
+  // over this group (domain_parallel.h), on the plain path.
+  Communicator* domain_group = nullptr;
   torch::Tensor temperature;
   torch::nn::Linear in_project_x{nullptr}, in_project_fx{nullptr}, in_project_slice{nullptr},
       qkv_project{nullptr}, out_linear{nullptr};
@@ -141,6 +144,7 @@ class TransolverImpl : public Model {
   nlohmann::json physicsnemo_args() const override;
   bool exact_in_chunks() const override { return true; }
   void set_recompute(const RecomputeOptions& options) override;
+  void set_domain_group(Communicator* group) override;
   torch::Tensor forward_in_chunks(const ModelInputs& inputs, int64_t chunk) override;
   // physics_attention: "fused CUDA kernels" or "plain LibTorch"; layer_norm:
   // "bf16" or "fp32".
