@@ -4,6 +4,7 @@
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <fstream>
 #include <sstream>
@@ -13,6 +14,20 @@ namespace slipstream::testing {
 aero::InputSpec volume_inputs() {
   return aero::InputSpec(
       {{"embedding", {{"points", "sdf", "sdf_normals"}, ""}}, {"fx", {{"U_inf"}, "embedding"}}});
+}
+
+aero::TransolverOptions fixture_transolver_options(const SafetensorsFile& f) {
+  const auto cfg = nlohmann::json::parse(f.metadata.at("config"));
+  aero::TransolverOptions o;
+  o.functional_dim = cfg["functional_dim"];
+  o.embedding_dim = cfg["embedding_dim"];
+  o.out_dim = cfg["out_dim"];
+  o.n_layers = cfg["n_layers"];
+  o.n_hidden = cfg["n_hidden"];
+  o.n_head = cfg["n_head"];
+  o.slice_num = cfg["slice_num"];
+  o.mlp_ratio = cfg["mlp_ratio"];
+  return o;
 }
 
 aero::Sample synthetic_sample(int64_t index, int64_t points) {

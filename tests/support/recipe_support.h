@@ -5,6 +5,8 @@
 #include "aero/config/config.h"
 #include "aero/data/input_spec.h"
 #include "aero/data/sample.h"
+#include "aero/model/transolver.h"
+#include "core/io/safetensors.h"
 
 #include <torch/nn/module.h>
 
@@ -15,6 +17,10 @@ namespace slipstream::testing {
 
 // embedding = [points, sdf, sdf_normals], fx = U_inf on every point.
 aero::InputSpec volume_inputs();
+
+// The Transolver options a fixture file records in its "config" metadata
+// (transolver_small.safetensors).
+aero::TransolverOptions fixture_transolver_options(const SafetensorsFile& f);
 
 // Synthetic sample `index` with `points` points (seed 1234).
 aero::Sample synthetic_sample(int64_t index, int64_t points);

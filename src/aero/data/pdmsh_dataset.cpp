@@ -188,14 +188,11 @@ Sample PdmshDataset::get(size_t index, const PointRequest& request) const {
     const int64_t c = cells.size(0);
     const auto idx = subsample_indices(c, request.max_points, request.mode, gen);
     auto take = [&](const at::Tensor& x) { return idx.defined() ? x.index_select(0, idx) : x; };
-    // Orientation is a property of the whole surface (its enclosed volume).
-    SurfaceMesh whole = polygons_of(vertices, cells, boundary.path);
-    const bool inward = check_surface(cell_geometry(whole)).enclosed_volume < 0;
-    const CellGeometry g = idx.defined()
-                               ? cell_geometry(polygons_of(vertices, take(cells), boundary.path))
-                               : cell_geometry(whole);
+    const bool flip = inward(index, vertices, cells, boundary.path);
+    SurfaceMesh surface = polygons_of(vertices, idx.defined() ? take(cells) : cells, boundary.path);
+    const CellGeometry g = cell_geometry(surface);
     s.point_data["points"] = g.centroids.to(torch::kFloat);
-    s.point_data["normals"] = (inward ? -g.normals : g.normals).to(torch::kFloat);
+    s.point_data["normals"] = (flip ? -g.normals : g.normals).to(torch::kFloat);
     s.point_data["area"] = g.areas.to(torch::kFloat);
     if (boundary.has_child("cell_data")) {
       for (const auto& [key, t] : boundary.child("cell_data").tensors) {
@@ -205,15 +202,30 @@ Sample PdmshDataset::get(size_t index, const PointRequest& request) const {
       }
     }
     if (!idx.defined()) {  // the whole surface: keep its polygons for the .vtp
-      if (inward) flip_orientation(whole);
-      s.mesh["vertices"] = whole.vertices.to(torch::kFloat);
-      s.mesh["offsets"] = whole.offsets;
-      s.mesh["connectivity"] = whole.connectivity;
+      if (flip) flip_orientation(surface);
+      s.mesh["vertices"] = surface.vertices.to(torch::kFloat);
+      s.mesh["offsets"] = surface.offsets;
+      s.mesh["connectivity"] = surface.connectivity;
     }
     s.global_data = globals_of(domain, &boundary);
   }
   check_(s);
   return s;
+}
+
+bool PdmshDataset::inward(size_t index, const at::Tensor& vertices, const at::Tensor& cells,
+                          const std::string& name) const {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = inward_.find(index);
+    if (it != inward_.end()) return it->second;
+  }
+  // Orientation is a property of the whole surface: its enclosed volume.
+  const bool in =
+      check_surface(cell_geometry(polygons_of(vertices, cells, name))).enclosed_volume < 0;
+  std::lock_guard<std::mutex> lock(mutex_);
+  inward_[index] = in;
+  return in;
 }
 
 SampleLayout PdmshDataset::layout_of_file(size_t index) const {

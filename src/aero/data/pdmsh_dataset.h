@@ -21,6 +21,7 @@
 #include "aero/data/dataset.h"
 
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -53,9 +54,16 @@ class PdmshDataset : public Dataset {
   std::string path(size_t index) const { return root_ + "/" + samples_.at(index); }
   SampleLayout layout_of_file(size_t index) const;
 
+  // Whether a surface sample's cells face inward, from its whole surface
+  // (once per sample: a step then touches only the cells it samples).
+  bool inward(size_t index, const at::Tensor& vertices, const at::Tensor& cells,
+              const std::string& name) const;
+
   std::string root_;
   std::vector<std::string> samples_;
   PdmshOptions options_;
+  mutable std::mutex mutex_;
+  mutable std::map<size_t, bool> inward_;
 };
 
 }  // namespace slipstream::aero

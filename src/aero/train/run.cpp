@@ -143,27 +143,27 @@ ModelShape model_shape(const RunSpec& spec, const SampleLayout& layout) {
   return shape;
 }
 
+namespace {
+// One dataset's train and val: synthetic in memory, or its source's
+// manifest splits `train_split` and `val_split`.
+DatasetSplits splits_of(const TrainSettings& d, const std::string& train_split,
+                        const std::string& val_split) {
+  if (!d.synthetic_data()) return open_dataset(d.data, train_split, val_split);
+  DatasetSplits out;
+  out.train = std::make_shared<SyntheticDataset>(d.synthetic, 0, d.num_train);
+  out.val = std::make_shared<SyntheticDataset>(d.synthetic, d.num_train, d.num_val);
+  return out;
+}
+}  // namespace
+
 DatasetSplits open_datasets(const RunSpec& spec) {
   const auto& s = spec.settings;
-  DatasetSplits data;
-  if (s.synthetic_data()) {
-    data.train = std::make_shared<SyntheticDataset>(s.synthetic, 0, s.num_train);
-    data.val = std::make_shared<SyntheticDataset>(s.synthetic, s.num_train, s.num_val);
-  } else {
-    data = open_dataset(s.data, s.train_split, s.val_split);
-  }
+  DatasetSplits data = splits_of(s, s.train_split, s.val_split);
   if (!spec.extra_datasets.empty()) {
     std::vector<std::shared_ptr<Dataset>> train{data.train}, val{data.val};
     for (const auto& extra : spec.extra_datasets) {
       check_extra_dataset(spec, extra);
-      const auto& e = extra.settings;
-      DatasetSplits more;
-      if (e.synthetic_data()) {
-        more.train = std::make_shared<SyntheticDataset>(e.synthetic, 0, e.num_train);
-        more.val = std::make_shared<SyntheticDataset>(e.synthetic, e.num_train, e.num_val);
-      } else {
-        more = open_dataset(e.data, s.train_split, s.val_split);
-      }
+      const DatasetSplits more = splits_of(extra.settings, s.train_split, s.val_split);
       train.push_back(more.train);
       val.push_back(more.val);
     }
@@ -194,8 +194,8 @@ std::shared_ptr<Dataset> open_named_split(const RunSpec& spec, const std::string
   TORCH_CHECK(split == "train" || split == "val", "infer: the run's dataset is synthetic in ",
               "memory, which has splits train and val, not '", split,
               "'; give --data DIR for a sample directory");
-  return split == "train" ? std::make_shared<SyntheticDataset>(s.synthetic, 0, s.num_train)
-                          : std::make_shared<SyntheticDataset>(s.synthetic, s.num_train, s.num_val);
+  const DatasetSplits synthetic = splits_of(s, "train", "val");
+  return split == "train" ? synthetic.train : synthetic.val;
 }
 
 LoaderOptions loader_options(const RunSpec& spec, c10::Device device) {

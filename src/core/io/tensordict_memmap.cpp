@@ -154,8 +154,8 @@ const at::Tensor& MemmapTree::tensor(const std::string& key) const {
 
 const MemmapTree& MemmapTree::child(const std::string& key) const {
   auto it = children.find(key);
-  TORCH_CHECK(it != children.end(), "tensordict: '", path, "' has no '", key,
-              "' (it has: ", keys(), ")");
+  TORCH_CHECK(it != children.end(), "tensordict: '", path, "' has no '", key, "' (it has: ", keys(),
+              ")");
   return it->second;
 }
 

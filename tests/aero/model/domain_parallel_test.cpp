@@ -8,6 +8,7 @@
 #include "core/distributed/process_group.h"
 #include "core/io/safetensors.h"
 #include "support/multiprocess.h"
+#include "support/recipe_support.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
@@ -40,27 +41,17 @@ struct Step {
   std::map<std::string, torch::Tensor> grads, next;
 };
 
-// One optimizer step of the fixture's small Transolver on points [begin,
-// begin + count) of a 299-point sample, loss = sum of squares / 299 (this
-// shard's part of the whole sample's mean); under a group, the loss and the
-// gradients are summed over it.
 Transolver fixture_model(const SafetensorsFile& f) {
-  const auto cfg = nlohmann::json::parse(f.metadata.at("config"));
-  TransolverOptions o;
-  o.functional_dim = cfg["functional_dim"];
-  o.embedding_dim = cfg["embedding_dim"];
-  o.out_dim = cfg["out_dim"];
-  o.n_layers = cfg["n_layers"];
-  o.n_hidden = cfg["n_hidden"];
-  o.n_head = cfg["n_head"];
-  o.slice_num = cfg["slice_num"];
-  o.mlp_ratio = cfg["mlp_ratio"];
-  Transolver model(o);
+  Transolver model(testing::fixture_transolver_options(f));
   std::map<std::string, torch::Tensor> named(f.tensors.begin(), f.tensors.end());
   model->load_named(named, "param.");
   return model;
 }
 
+// One optimizer step of the fixture's small Transolver on points [begin,
+// begin + count) of a 299-point sample, loss = sum of squares / 299 (this
+// shard's part of the whole sample's mean); under a group, the loss and the
+// gradients are summed over it.
 Step step_on(const SafetensorsFile& f, Communicator* group, int64_t begin, int64_t count) {
   Transolver model = fixture_model(f);
   model->set_domain_group(group);

@@ -29,17 +29,7 @@ TEST(TransolverTest, ParameterNamesAndShapesMatchPhysicsNeMoLineByLine) {
 }
 
 TransolverOptions small_options(const SafetensorsFile& f) {
-  const auto cfg = nlohmann::json::parse(f.metadata.at("config"));
-  TransolverOptions o;
-  o.functional_dim = cfg["functional_dim"];
-  o.embedding_dim = cfg["embedding_dim"];
-  o.out_dim = cfg["out_dim"];
-  o.n_layers = cfg["n_layers"];
-  o.n_hidden = cfg["n_hidden"];
-  o.n_head = cfg["n_head"];
-  o.slice_num = cfg["slice_num"];
-  o.mlp_ratio = cfg["mlp_ratio"];
-  return o;
+  return testing::fixture_transolver_options(f);
 }
 
 using testing::relative_error;

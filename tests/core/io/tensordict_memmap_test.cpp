@@ -26,12 +26,15 @@ TEST(TensordictMemmap, ReadsPhysicsNemoGoldenMesh) {
   const auto& points = mesh.tensor("points");
   EXPECT_EQ(points.sizes(), (std::vector<int64_t>{4, 2}));
   EXPECT_EQ(points.scalar_type(), torch::kFloat);
-  EXPECT_TRUE(torch::equal(points, torch::tensor({{0.f, 0.f}, {1.f, 0.f}, {0.5f, 1.f}, {1.5f, 0.5f}})));
-  EXPECT_TRUE(torch::equal(mesh.tensor("cells"), torch::tensor({{0, 1, 2}, {1, 3, 2}}, torch::kLong)));
+  EXPECT_TRUE(
+      torch::equal(points, torch::tensor({{0.f, 0.f}, {1.f, 0.f}, {0.5f, 1.f}, {1.5f, 0.5f}})));
+  EXPECT_TRUE(
+      torch::equal(mesh.tensor("cells"), torch::tensor({{0, 1, 2}, {1, 3, 2}}, torch::kLong)));
   const auto& pd = mesh.child("point_data");
   EXPECT_EQ(pd.batch_shape, (std::vector<int64_t>{4}));
   EXPECT_TRUE(torch::equal(pd.tensor("p_scalar"), torch::arange(4, torch::kFloat)));
-  EXPECT_TRUE(torch::equal(pd.tensor("p_vector"), torch::arange(12, torch::kFloat).reshape({4, 3})));
+  EXPECT_TRUE(
+      torch::equal(pd.tensor("p_vector"), torch::arange(12, torch::kFloat).reshape({4, 3})));
   const auto& cd = mesh.child("cell_data");
   EXPECT_TRUE(torch::equal(cd.tensor("c_scalar"), torch::arange(2, torch::kFloat)));
   EXPECT_TRUE(torch::equal(cd.tensor("c_vector"), torch::arange(6, torch::kFloat).reshape({2, 3})));
