@@ -195,5 +195,39 @@ TEST(TrainerTest, BlockingAndAsyncReadbackLogTheSameValues) {
   }
 }
 
+// training.recompute reaches the model: the same training, step for step,
+// bitwise on the CPU (256 points a step: one chunk); a model without
+// recompute says so before any step.
+TEST(TrainerTest, RecomputeTrainsTheSameStepsAndAModelWithoutItIsNamed) {
+  std::vector<std::vector<nlohmann::json>> runs;
+  for (const std::string mode : {"none", "block", "attention"}) {
+    testing::TempDir dir;
+    Fixture t(tiny(dir.path(), {"training.num_epochs=1", "training.validate=false",
+                                "training.recompute=" + mode}));
+    t->fit();
+    runs.push_back(records(dir.path() + "/r/metrics.jsonl", "train_step"));
+  }
+  for (size_t r = 1; r < runs.size(); ++r) {
+    ASSERT_EQ(runs[r].size(), runs[0].size());
+    for (size_t i = 0; i < runs[0].size(); ++i) {
+      for (const std::string key : {"loss", "loss/pressure", "velocity_x_l2"}) {
+        EXPECT_EQ(runs[r][i][key].get<double>(), runs[0][i][key].get<double>())
+            << key << " step " << i << " run " << r;
+      }
+    }
+  }
+  testing::TempDir dir;
+  const auto msg = testing::error_message_of([&] {
+    Fixture t({"model=geotransolver_small", "training.recompute=block", "output_dir=" + dir.path(),
+               "device=cpu"});
+  });
+  EXPECT_NE(msg.find("GeoTransolver does not support training.recompute=block"), std::string::npos)
+      << msg;
+  EXPECT_NE(testing::error_message_of([&] {
+              Fixture t(tiny(dir.path(), {"training.recompute=all"}));
+            }).find("not one of none, attention, block"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace slipstream::aero
