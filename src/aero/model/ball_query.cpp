@@ -13,6 +13,123 @@
 #endif
 
 namespace slipstream::aero {
+namespace {
+
+void check_inputs(const at::Tensor& points, const at::Tensor& queries,
+                  const std::vector<BallQueryScale>& scales) {
+  TORCH_CHECK(points.dim() == 3 && points.size(-1) == 3 && queries.dim() == 3 &&
+                  queries.size(-1) == 3 && points.size(0) == queries.size(0),
+              "ball query: expected points (B, N, 3) and queries (B, M, 3), got ", points.sizes(),
+              " and ", queries.sizes());
+  TORCH_CHECK(!scales.empty(), "ball query: no scales asked for");
+  for (const auto& s : scales) {
+    TORCH_CHECK(s.k >= 1 && s.k <= points.size(1), "ball query: ", s.k,
+                " neighbours asked of each query, but there are ", points.size(1),
+                " points; use at least as many points as neighbours");
+    TORCH_CHECK(s.radius > 0, "ball query: radius must be > 0, got ", s.radius);
+  }
+  if (points.is_cpu()) {
+    TORCH_CHECK(at::isfinite(points).all().item<bool>() && at::isfinite(queries).all().item<bool>(),
+                "ball query: non-finite (NaN or Inf) point coordinates");
+  }
+}
+
+int64_t largest_k(const std::vector<BallQueryScale>& scales) {
+  int64_t k = 0;
+  for (const auto& s : scales) k = std::max(k, s.k);
+  return k;
+}
+
+// The reference path: the k nearest points of every query, ascending (ATen's
+// top-k order among equal distances), in query chunks of bounded size.
+struct Nearest {
+  at::Tensor dist;     // (B, M, k)
+  at::Tensor indices;  // (B, M, k) int64
+};
+
+Nearest nearest(const at::Tensor& points, const at::Tensor& queries, int64_t k,
+                int64_t max_elements) {
+  const int64_t b = points.size(0), n = points.size(1), m = queries.size(1);
+  const int64_t chunk = std::max<int64_t>(1, max_elements / std::max<int64_t>(1, b * n));
+  std::vector<at::Tensor> dists, indices;
+  for (int64_t begin = 0; begin < m; begin += chunk) {
+    const auto q = queries.narrow(1, begin, std::min(chunk, m - begin));
+    // (B, Mc, N), Euclidean without the matmul shortcut (as the reference).
+    const auto d = at::cdist(q, points, 2.0, /*compute_mode=*/2);
+    auto [values, idx] = at::topk(d, k, /*dim=*/2, /*largest=*/false, /*sorted=*/true);
+    dists.push_back(values);
+    indices.push_back(idx);
+  }
+  return {at::cat(dists, 1), at::cat(indices, 1)};
+}
+
+// The first k of `nn` within the radius, the rest index 0 and (0, 0, 0).
+BallQueryResult within(const at::Tensor& points, const Nearest& nn, double radius, int64_t k) {
+  const int64_t b = points.size(0), n = points.size(1), m = nn.indices.size(1);
+  const auto inside = nn.dist.narrow(2, 0, k) <= radius;
+  const auto indices =
+      at::where(inside, nn.indices.narrow(2, 0, k), at::zeros({}, nn.indices.options()));
+  const auto gathered = at::gather(points.unsqueeze(1).expand({b, m, n, 3}), 2,
+                                   indices.unsqueeze(-1).expand({b, m, k, 3}));
+  return {indices, at::where(inside.unsqueeze(-1), gathered, at::zeros({}, points.options()))};
+}
+
+#ifdef SLIPSTREAM_WITH_CUDA
+// The grid search (kernels/ball_query_kernels.h); every step stays on the
+// device.
+std::vector<BallQueryResult> grid_search(const at::Tensor& points, const at::Tensor& queries,
+                                         const std::vector<BallQueryScale>& scales) {
+  namespace kq = ball_query_kernels;
+  const c10::cuda::CUDAGuard guard(points.device());
+  void* stream = at::cuda::getCurrentCUDAStream(points.get_device()).stream();
+  const auto p = points.contiguous(), q = queries.contiguous();
+  const int64_t b = p.size(0), n = p.size(1), m = q.size(1);
+  const auto lo = p.amin(1).contiguous(), hi = p.amax(1).contiguous();
+  // About K/8 points a cell: the 27 cells around a query hold ~3K.
+  const int64_t per_cell = std::max<int64_t>(1, largest_k(scales) / 8);
+  const kq::Grid grid{lo.data_ptr<float>(), hi.data_ptr<float>(),
+                      std::max<int64_t>(1, n / per_cell)};
+  const auto int32 = p.options().dtype(at::kInt);
+  auto point_cells = at::empty({b, n}, int32);
+  kq::cell_of(grid, p.data_ptr<float>(), b, n, point_cells.data_ptr<int32_t>(), stream);
+  const auto [sorted_cells, order] = at::sort(point_cells, /*stable=*/true, /*dim=*/1);
+  const auto cell_ids = at::arange(grid.max_cells + 1, int32).expand({b, grid.max_cells + 1});
+  const auto cell_start = at::searchsorted(sorted_cells, cell_ids.contiguous()).contiguous();
+  auto sorted = at::empty({b, n, 4}, p.options());
+  const auto order64 = order.contiguous();
+  kq::pack(p.data_ptr<float>(), order64.data_ptr<int64_t>(), b, n, sorted.data_ptr<float>(),
+           stream);
+  auto query_cells = at::empty({b, m}, int32);
+  kq::cell_of(grid, q.data_ptr<float>(), b, m, query_cells.data_ptr<int32_t>(), stream);
+  const auto query_order = std::get<1>(at::sort(query_cells, /*stable=*/false, /*dim=*/1));
+
+  kq::Search s;
+  s.grid = grid;
+  s.points = p.data_ptr<float>();
+  s.sorted = sorted.data_ptr<float>();
+  s.cell_start = cell_start.data_ptr<int64_t>();
+  s.queries = q.data_ptr<float>();
+  const auto query_order64 = query_order.contiguous();
+  s.query_order = query_order64.data_ptr<int64_t>();
+  s.b = b;
+  s.n = n;
+  s.m = m;
+  std::vector<BallQueryResult> out;
+  for (const auto& sc : scales) {
+    out.push_back({at::empty({b, m, sc.k}, p.options().dtype(at::kLong)),
+                   at::empty({b, m, sc.k, 3}, p.options())});
+    auto& o = s.scales[s.num_scales++];
+    o.radius = static_cast<float>(sc.radius);
+    o.k = static_cast<int>(sc.k);
+    o.indices = out.back().indices.data_ptr<int64_t>();
+    o.neighbors = out.back().neighbors.data_ptr<float>();
+  }
+  kq::search(s, stream);
+  return out;
+}
+#endif
+
+}  // namespace
 
 bool uses_ball_query_kernel(const at::Tensor& points, const at::Tensor& queries, int64_t k) {
 #ifdef SLIPSTREAM_WITH_CUDA
@@ -25,50 +142,25 @@ bool uses_ball_query_kernel(const at::Tensor& points, const at::Tensor& queries,
 #endif
 }
 
-BallQueryResult ball_query(const at::Tensor& points, const at::Tensor& queries, double radius,
-                           int64_t k, int64_t max_elements) {
-  TORCH_CHECK(points.dim() == 3 && points.size(-1) == 3 && queries.dim() == 3 &&
-                  queries.size(-1) == 3 && points.size(0) == queries.size(0),
-              "ball query: expected points (B, N, 3) and queries (B, M, 3), got ", points.sizes(),
-              " and ", queries.sizes());
-  TORCH_CHECK(k >= 1 && k <= points.size(1), "ball query: ", k,
-              " neighbours asked of each query, but there are ", points.size(1),
-              " points; use at least as many points as neighbours");
-  TORCH_CHECK(radius > 0, "ball query: radius must be > 0, got ", radius);
-  if (points.is_cpu()) {
-    TORCH_CHECK(at::isfinite(points).all().item<bool>() && at::isfinite(queries).all().item<bool>(),
-                "ball query: non-finite (NaN or Inf) point coordinates");
-  }
-  const int64_t b = points.size(0), n = points.size(1), m = queries.size(1);
+std::vector<BallQueryResult> ball_query_scales(const at::Tensor& points, const at::Tensor& queries,
+                                               const std::vector<BallQueryScale>& scales,
+                                               int64_t max_elements) {
+  check_inputs(points, queries, scales);
 #ifdef SLIPSTREAM_WITH_CUDA
-  if (uses_ball_query_kernel(points, queries, k)) {
-    const c10::cuda::CUDAGuard guard(points.device());
-    const auto p = points.contiguous(), q = queries.contiguous();
-    auto indices = at::empty({b, m, k}, p.options().dtype(at::kLong));
-    auto neighbors = at::empty({b, m, k, 3}, p.options());
-    ball_query_kernels::ball_query(p.data_ptr<float>(), q.data_ptr<float>(), b, n, m,
-                                   static_cast<float>(radius), static_cast<int>(k),
-                                   indices.data_ptr<int64_t>(), neighbors.data_ptr<float>(),
-                                   at::cuda::getCurrentCUDAStream(p.get_device()).stream());
-    return {indices, neighbors};
+  if (uses_ball_query_kernel(points, queries, largest_k(scales)) &&
+      scales.size() <= static_cast<size_t>(ball_query_kernels::kMaxScales)) {
+    return grid_search(points, queries, scales);
   }
 #endif
-  const int64_t chunk = std::max<int64_t>(1, max_elements / std::max<int64_t>(1, b * n));
-  std::vector<at::Tensor> index_parts, point_parts;
-  for (int64_t begin = 0; begin < m; begin += chunk) {
-    const auto q = queries.narrow(1, begin, std::min(chunk, m - begin));
-    // (B, Mc, N), Euclidean without the matmul shortcut (as the reference).
-    const auto dists = at::cdist(q, points, 2.0, /*compute_mode=*/2);
-    auto [values, indices] = at::topk(dists, k, /*dim=*/2, /*largest=*/false, /*sorted=*/true);
-    const auto inside = values <= radius;
-    indices = at::where(inside, indices, at::zeros({}, indices.options()));
-    const auto gathered = at::gather(points.unsqueeze(1).expand({b, q.size(1), n, 3}), 2,
-                                     indices.unsqueeze(-1).expand({b, q.size(1), k, 3}));
-    point_parts.push_back(
-        at::where(inside.unsqueeze(-1), gathered, at::zeros({}, points.options())));
-    index_parts.push_back(indices);
-  }
-  return {at::cat(index_parts, 1), at::cat(point_parts, 1)};
+  const auto nn = nearest(points, queries, largest_k(scales), max_elements);
+  std::vector<BallQueryResult> out;
+  for (const auto& s : scales) out.push_back(within(points, nn, s.radius, s.k));
+  return out;
+}
+
+BallQueryResult ball_query(const at::Tensor& points, const at::Tensor& queries, double radius,
+                           int64_t k, int64_t max_elements) {
+  return ball_query_scales(points, queries, {{radius, k}}, max_elements).front();
 }
 
 }  // namespace slipstream::aero

@@ -6,15 +6,23 @@
 //
 // Distances are Euclidean in the points' dtype (computed as
 // sqrt(sum of squared differences), as that search computes them), so the
-// same points are chosen. On CUDA with fp32 points and K <= 128 a kernel
-// does the search (kernels/ball_query_kernels.h: no N·M buffer); otherwise
-// ATen's cdist + top-k, in query chunks that bound the (queries × points)
-// distance matrix to `max_elements` — the reference the kernel is tested
-// against. Where the radius spans the domain this is a K-nearest-neighbour
-// search over every point.
+// same points are chosen. On CUDA with fp32 points and K <= 128 a grid
+// search does it (kernels/ball_query_kernels.h: no N·M buffer, exact);
+// otherwise ATen's cdist + top-k, in query chunks that bound the (queries ×
+// points) distance matrix to `max_elements` — the reference the kernel is
+// tested against. Where the radius spans the domain this is a
+// K-nearest-neighbour search over every point.
+//
+// ball_query_scales answers several (radius, K) at once from one search:
+// scale s is the prefix within r_s of the max-K nearest within the largest
+// radius. On the kernel that is exactly ball_query per scale; on the
+// reference path too, but for the order top-k gives points at equal
+// distance.
 #pragma once
 
 #include <ATen/core/Tensor.h>
+
+#include <vector>
 
 namespace slipstream::aero {
 
@@ -31,5 +39,15 @@ bool uses_ball_query_kernel(const at::Tensor& points, const at::Tensor& queries,
 
 BallQueryResult ball_query(const at::Tensor& points, const at::Tensor& queries, double radius,
                            int64_t k, int64_t max_elements = int64_t{1} << 28);
+
+struct BallQueryScale {
+  double radius;
+  int64_t k;
+};
+
+// One result per scale, in order. Every K <= N; at most 8 scales on CUDA.
+std::vector<BallQueryResult> ball_query_scales(const at::Tensor& points, const at::Tensor& queries,
+                                               const std::vector<BallQueryScale>& scales,
+                                               int64_t max_elements = int64_t{1} << 28);
 
 }  // namespace slipstream::aero

@@ -91,19 +91,22 @@ GlobalContextBuilderImpl::Built GlobalContextBuilderImpl::build(
   std::vector<torch::Tensor> parts, local;
   if (!local_extractors.is_empty()) {
     auto& extractor = *local_extractors[0]->as<MultiScaleFeatureExtractor>();
-    // One query serves both paths when the two point sets are one tensor.
-    const bool same = geometry.is_same(local_positions);
+    // One search serves every scale, and both paths when the two point sets
+    // are one tensor.
+    std::vector<BallQueryScale> scales;
     for (size_t i = 0; i < options_.radii.size(); ++i) {
-      const double r = options_.radii[i];
-      const int64_t k = options_.neighbors_in_radius[i];
+      scales.push_back({options_.radii[i], options_.neighbors_in_radius[i]});
+    }
+    const bool same = geometry.is_same(local_positions);
+    const auto at_geometry_nn = ball_query_scales(local_positions, geometry, scales);
+    const auto at_local_nn = same ? std::vector<BallQueryResult>{}
+                                  : ball_query_scales(geometry, local_positions, scales);
+    for (size_t i = 0; i < scales.size(); ++i) {
       auto& processor = *extractor.processors[i]->as<GeometricFeatureProcessor>();
       auto& tokenizer = *extractor.tokenizers[i]->as<ContextProjector>();
-      const auto at_geometry =
-          processor.forward(ball_query(local_positions, geometry, r, k).neighbors);
+      const auto at_geometry = processor.forward(at_geometry_nn[i].neighbors);
       parts.push_back(tokenizer.forward(at_geometry));
-      local.push_back(
-          same ? at_geometry
-               : processor.forward(ball_query(geometry, local_positions, r, k).neighbors));
+      local.push_back(same ? at_geometry : processor.forward(at_local_nn[i].neighbors));
     }
     out.local_features = torch::cat(local, -1);
   }
@@ -257,10 +260,10 @@ nlohmann::json GeoTransolverImpl::physicsnemo_args() const {
 }
 
 nlohmann::json GeoTransolverImpl::numerics(c10::Device device, bool bf16) const {
-  return {
-      {"gale_attention", "plain LibTorch"},
-      {"ball_query", device.is_cuda() ? "CUDA kernel (tiled exact search)" : "ATen cdist + top-k"},
-      {"layer_norm", bf16 && options_.bf16_layer_norm ? "bf16" : "fp32"}};
+  return {{"gale_attention", "plain LibTorch"},
+          {"ball_query", device.is_cuda() ? "CUDA grid search, every scale at once"
+                                          : "ATen cdist + top-k, every scale at once"},
+          {"layer_norm", bf16 && options_.bf16_layer_norm ? "bf16" : "fp32"}};
 }
 
 }  // namespace slipstream::aero

@@ -1,24 +1,74 @@
-// The ball query of ball_query.h on the GPU: for each query point the K
-// nearest points within the radius, in increasing distance (ties: the lower
-// index first), the remaining slots index 0 and the point (0, 0, 0). One
-// thread per query scans every point through shared-memory tiles and keeps
-// its K best in a max-heap, so the cost is N·M distance tests with no
-// N·M buffer and no host sync; when the radius spans the domain (the
-// largest scales) this is the exact K-nearest search. Plain C++ interface
-// (raw device pointers, cudaStream_t as void*), like slice_kernels.h.
+// The ball query of ball_query.h on the GPU, at several scales at once: for
+// each query point and scale s, the K_s nearest points within the radius
+// r_s, in increasing distance (ties: the lower index first), the remaining
+// slots index 0 and the point (0, 0, 0).
+//
+// One search serves every scale: the K_s nearest within r_s are the prefix
+// within r_s of the K = max K_s nearest within R = max r_s, sorted. The
+// search runs on a uniform grid over the points' bounding box, built on the
+// device every call (no host sync):
+//   1. cell_of: the cell of each point (and each query, clamped to the grid);
+//   2. the caller sorts the points by cell (a stable sort: ATen) and finds
+//      each cell's first point (searchsorted), and orders the queries by cell
+//      so that a warp's threads search neighbouring cells;
+//   3. pack: the sorted points as float4 (x, y, z, original index);
+//   4. search: one thread per query visits shells of cells in increasing
+//      Chebyshev distance, keeping its K best in a max-heap on (squared
+//      distance, index), and stops once no unvisited cell can hold a point
+//      nearer than its K-th (or within R). Exact, like a scan of every point.
+// Plain C++ interface (raw device pointers, cudaStream_t as void*), like
+// slice_kernels.h.
 #pragma once
 
 #include <cstdint>
 
 namespace slipstream::aero::ball_query_kernels {
 
-// The largest K the kernel takes.
+// The largest K the search takes, and the most scales one call serves.
 constexpr int kMaxNeighbors = 128;
+constexpr int kMaxScales = 8;
 
-// points (b, n, 3), queries (b, m, 3): contiguous fp32; indices (b, m, k)
-// int64 and neighbors (b, m, k, 3) fp32 are written. 1 <= k <= min(n,
-// kMaxNeighbors). Asynchronous on `stream`.
-void ball_query(const float* points, const float* queries, int64_t b, int64_t n, int64_t m,
-                float radius, int k, int64_t* indices, float* neighbors, void* stream);
+// Where one scale's results go: indices (b, m, k) int64 and neighbors
+// (b, m, k, 3) fp32.
+struct ScaleOut {
+  float radius = 0.f;
+  int k = 0;
+  int64_t* indices = nullptr;
+  float* neighbors = nullptr;
+};
+
+// The grid: at most max_cells cells per batch over the bounding box lo..hi
+// ((b, 3) fp32 each, on the device).
+struct Grid {
+  const float* lo = nullptr;
+  const float* hi = nullptr;
+  int64_t max_cells = 1;
+};
+
+// The cell (within its batch) of each of the b x n coordinates xyz (b, n, 3)
+// into cells (b, n) int32; coordinates outside the box go to the nearest
+// cell. Asynchronous on `stream`.
+void cell_of(const Grid& grid, const float* xyz, int64_t b, int64_t n, int32_t* cells,
+             void* stream);
+
+// sorted (b, n) float4 = (points[order], order as int bits); order (b, n)
+// int64, from the stable sort of the points' cells.
+void pack(const float* points, const int64_t* order, int64_t b, int64_t n, float* sorted,
+          void* stream);
+
+struct Search {
+  Grid grid;
+  const float* points = nullptr;         // (b, n, 3), original order
+  const float* sorted = nullptr;         // (b, n, 4) from pack
+  const int64_t* cell_start = nullptr;   // (b, max_cells + 1): first sorted point of each cell
+  const float* queries = nullptr;        // (b, m, 3)
+  const int64_t* query_order = nullptr;  // (b, m): queries sorted by cell
+  int64_t b = 0, n = 0, m = 0;
+  ScaleOut scales[kMaxScales];
+  int num_scales = 0;
+};
+
+// Writes every scale's outputs. Each scale's k <= min(n, kMaxNeighbors).
+void search(const Search& s, void* stream);
 
 }  // namespace slipstream::aero::ball_query_kernels
