@@ -8,7 +8,7 @@
 #   fused      the fused kernels against the plain path, per-kernel timings,
 #              and bench with them on and off (FUSED_ALSO_PLAIN= leaves the plain bench out)
 #   audit      slipstream train --audit-syncs: synchronizing calls per steady step
-#   geo        GeoTransolver volume: bench (plain path) at 200k points, and its sync audit
+#   geo        GeoTransolver volume: bench (fused and plain GALE, AdamW and Muon), its sync audit, the ball query
 #   surface    bench transolver_surface at 200k cells and geotransolver_surface
 #              (SURFACE_GEO_CELLS), then a full-resolution inference of a 9M-cell
 #              synthetic surface (SURFACE_INFER_CELLS)
@@ -105,17 +105,24 @@ stage_audit() {
 }
 
 stage_geo() {
+  # GEO_VARIANTS: "fused-adamw fused-muon plain-adamw" by default.
   for points in ${GEO_POINTS:-20000}; do
-    log "geo: bench, geotransolver_volume, $points points, AdamW, plain GALE"
-    bench --rounds 1 --steps 5 --warmup 3 --policies async model=geotransolver_volume \
-      optimizer.name=adamw dataset.sampling_resolution=$points run_id=geo-$points
+    for variant in ${GEO_VARIANTS:-fused-adamw fused-muon plain-adamw}; do
+      local fused=true
+      [ "${variant%%-*}" = plain ] && fused=false
+      log "geo: bench, geotransolver_volume, $points points, ${variant#*-}, fused GALE $fused"
+      bench --rounds 1 --steps ${GEO_STEPS:-5} --warmup 3 --policies async \
+        model=geotransolver_volume optimizer.name=${variant#*-} model.fused_attention=$fused \
+        dataset.points_per_sample=$((points + points / 20)) dataset.sampling_resolution=$points \
+        run_id=geo-$points-$variant
+    done
   done
-  log "geo: audit, geotransolver_volume, 8 steps of 20k points"
+  log "geo: audit, geotransolver_volume, 8 steps of 20k points, fused GALE"
   $BIN train --audit-syncs model=geotransolver_volume dataset=synthetic_volume \
     dataset.sampling_resolution=20000 training.num_epochs=1 training.steps_per_epoch=8 \
     training.validate=false run_id=geo-audit 2>&1 | grep -E "Sync audit|error" | tee -a "$OUT/summary.txt"
   log "geo: the ball query alone, the volume config's six scales"
-  build-gpu/bench/ball_query_bench ${GEO_QUERY_POINTS:-50000} 2>&1 | tee -a "$OUT/summary.txt"
+  build-gpu/bench/ball_query_bench ${GEO_QUERY_POINTS:-200000} 2>&1 | tee -a "$OUT/summary.txt"
 }
 
 stage_surface() {

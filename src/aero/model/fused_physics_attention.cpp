@@ -23,28 +23,29 @@ slice_ops::Weights weights_of(const at::Tensor& x_mid, AutogradContext* ctx) {
           ctx->saved_data["tau"].toTensor()};
 }
 
-class SliceAttentionFunction : public torch::autograd::Function<SliceAttentionFunction> {
+class SliceMixFunction : public torch::autograd::Function<SliceMixFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_mid, const at::Tensor& fx_mid,
                             const at::Tensor& slice_weight, const at::Tensor& slice_bias,
-                            const at::Tensor& temperature, const at::Tensor& qkv_weight,
-                            double eps) {
+                            const at::Tensor& temperature, at::TensorList leaves, double eps,
+                            const TokenMixer* mix) {
     const slice_ops::Weights in{
         x_mid, slice_weight.detach(), slice_bias.detach(),
         temperature.detach().clamp(kTauMin, kTauMax).reshape({-1}).to(at::kFloat)};
     auto first = slice_ops::reduce_first(in, fx_mid);
     const auto denom = first.colsum + eps;
     const auto tokens = first.sums / denom.unsqueeze(-1);
-    // The attention among slices is small (B x H x G x D); it keeps its own
+    // The mix among slices is small (B x H x G x D); it keeps its own
     // autograd graph, which the backward differentiates.
-    at::Tensor token_leaf, qkv_leaf, attended;
+    at::Tensor token_leaf, mixed;
+    std::vector<at::Tensor> leaf_copies;
     {
       const torch::AutoGradMode grad_on(true);
       token_leaf = tokens.detach().requires_grad_(true);
-      qkv_leaf = qkv_weight.detach().requires_grad_(true);
-      attended = slice_token_attention(token_leaf, qkv_leaf);
+      for (const auto& leaf : leaves) leaf_copies.push_back(leaf.detach().requires_grad_(true));
+      mixed = (*mix)(token_leaf, leaf_copies);
     }
-    auto out = slice_ops::expand(in, first.lse, attended.detach());
+    auto out = slice_ops::expand(in, first.lse, mixed.detach());
 
     ctx->save_for_backward({x_mid, fx_mid, temperature});
     ctx->saved_data["ws"] = in.ws;
@@ -54,8 +55,8 @@ class SliceAttentionFunction : public torch::autograd::Function<SliceAttentionFu
     ctx->saved_data["denom"] = denom;
     ctx->saved_data["tokens"] = tokens;
     ctx->saved_data["token_leaf"] = token_leaf;
-    ctx->saved_data["qkv_leaf"] = qkv_leaf;
-    ctx->saved_data["attended"] = attended;
+    ctx->saved_data["leaves"] = leaf_copies;
+    ctx->saved_data["mixed"] = mixed;
     return out;
   }
 
@@ -68,21 +69,24 @@ class SliceAttentionFunction : public torch::autograd::Function<SliceAttentionFu
     const auto lse = ctx->saved_data["lse"].toTensor();
     const auto denom = ctx->saved_data["denom"].toTensor();
     const auto tokens = ctx->saved_data["tokens"].toTensor();
-    const auto attended = ctx->saved_data["attended"].toTensor();
+    const auto mixed = ctx->saved_data["mixed"].toTensor();
+    const auto leaves = ctx->saved_data["leaves"].toTensorVector();
     const auto gout = grads[0].contiguous();
 
-    // Through the deslice to the attention's output, then through the
-    // attention to the slice tokens and Wqkv.
-    const auto grad_attended = slice_ops::reduce(in, lse, gout);
-    const auto token_grads = torch::autograd::grad(
-        {attended},
-        {ctx->saved_data["token_leaf"].toTensor(), ctx->saved_data["qkv_leaf"].toTensor()},
-        {grad_attended.to(attended.scalar_type())});
-    const auto& grad_tokens = token_grads[0];
+    // Through the deslice to the mix's output, then through the mix to the
+    // slice tokens and the leaves.
+    const auto grad_mixed = slice_ops::reduce(in, lse, gout);
+    variable_list inputs{ctx->saved_data["token_leaf"].toTensor()};
+    inputs.insert(inputs.end(), leaves.begin(), leaves.end());
+    const auto mix_grads =
+        torch::autograd::grad({mixed}, inputs, {grad_mixed.to(mixed.scalar_type())},
+                              /*retain_graph=*/c10::nullopt, /*create_graph=*/false,
+                              /*allow_unused=*/true);
+    const auto& grad_tokens = mix_grads[0];
     // tokens = S / (sum_n w + eps), S = sum_n w fx.
     const auto grad_sums = grad_tokens / denom.unsqueeze(-1);
     const auto grad_norm = -(grad_tokens * tokens).sum(-1) / denom;
-    auto r = slice_ops::backward(in, lse, fx_mid, gout, attended.detach(), grad_sums, grad_norm);
+    auto r = slice_ops::backward(in, lse, fx_mid, gout, mixed.detach(), grad_sums, grad_norm);
 
     // z = logits / tau: dL/dtau = -sum(dL/dz * z) / tau, where the clamp
     // passes it (bounds included, as torch.clamp's gradient does).
@@ -90,13 +94,12 @@ class SliceAttentionFunction : public torch::autograd::Function<SliceAttentionFu
     const auto grad_tau =
         (-r.tau_acc / in.tau).view(temperature.sizes()).to(temperature.scalar_type()) *
         inside.to(temperature.scalar_type());
-    return {r.grad_x,
-            r.grad_fx,
-            r.grad_ws.to(in.ws.scalar_type()),
-            r.grad_bias.to(in.bias.scalar_type()),
-            grad_tau,
-            token_grads[1],
-            at::Tensor()};
+    variable_list out{r.grad_x, r.grad_fx, r.grad_ws.to(in.ws.scalar_type()),
+                      r.grad_bias.to(in.bias.scalar_type()), grad_tau};
+    out.insert(out.end(), mix_grads.begin() + 1, mix_grads.end());
+    out.emplace_back();  // eps
+    out.emplace_back();  // mix
+    return out;
   }
 };
 
@@ -107,12 +110,25 @@ at::Tensor slice_token_attention(const at::Tensor& tokens, const at::Tensor& qkv
   return dot_product_attention(qkv[0], qkv[1], qkv[2]);
 }
 
+at::Tensor fused_slice_mix(const at::Tensor& x_mid, const at::Tensor& fx_mid, const SliceParams& p,
+                           const TokenMixer& mix, const std::vector<at::Tensor>& leaves) {
+  TORCH_CHECK(x_mid.sizes() == fx_mid.sizes(), "fused slice attention: x_mid ", x_mid.sizes(),
+              " and fx_mid ", fx_mid.sizes(), " differ");
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    TORCH_CHECK(leaves[i].defined(), "fused slice attention: leaf ", i, " is undefined");
+  }
+  return SliceMixFunction::apply(x_mid, fx_mid, p.slice_weight, p.slice_bias, p.temperature,
+                                 at::TensorList(leaves), p.eps, &mix);
+}
+
 at::Tensor fused_physics_attention(const at::Tensor& x_mid, const at::Tensor& fx_mid,
                                    const SliceAttentionParams& p) {
-  TORCH_CHECK(x_mid.sizes() == fx_mid.sizes(), "fused physics attention: x_mid ", x_mid.sizes(),
-              " and fx_mid ", fx_mid.sizes(), " differ");
-  return SliceAttentionFunction::apply(x_mid, fx_mid, p.slice_weight, p.slice_bias, p.temperature,
-                                       p.qkv_weight, p.eps);
+  static const TokenMixer attention = [](const at::Tensor& tokens,
+                                         const std::vector<at::Tensor>& leaves) {
+    return slice_token_attention(tokens, leaves[0]);
+  };
+  return fused_slice_mix(x_mid, fx_mid, {p.slice_weight, p.slice_bias, p.temperature, p.eps},
+                         attention, {p.qkv_weight});
 }
 
 }  // namespace slipstream::aero

@@ -3,6 +3,7 @@
 #include "aero/model/ball_query.h"
 #include "aero/model/fused_physics_attention.h"
 #include "aero/model/numerics.h"
+#include "aero/model/slice_ops.h"
 
 #include <torch/torch.h>
 
@@ -117,8 +118,13 @@ GlobalContextBuilderImpl::Built GlobalContextBuilderImpl::build(
 }
 
 GaleAttentionImpl::GaleAttentionImpl(int64_t dim, int64_t heads_, int64_t slices_,
-                                     int64_t context_dim, const std::string& mode)
-    : heads(heads_), dim_head(dim / heads_), slices(slices_), weighted(mode == "weighted") {
+                                     int64_t context_dim, const std::string& mode,
+                                     bool fused_attention)
+    : heads(heads_),
+      dim_head(dim / heads_),
+      slices(slices_),
+      weighted(mode == "weighted"),
+      fused(fused_attention) {
   TORCH_CHECK(mode == "weighted" || mode == "concat_project", "model: state_mixing_mode '", mode,
               "' is not one of weighted, concat_project");
   TORCH_CHECK(dim % heads == 0, "model: GALE width ", dim, " is not divisible by ", heads,
@@ -144,33 +150,129 @@ GaleAttentionImpl::GaleAttentionImpl(int64_t dim, int64_t heads_, int64_t slices
   torch::nn::init::orthogonal_(in_project_slice->weight);
 }
 
+bool GaleAttentionImpl::uses_fused(const torch::Tensor& x) const {
+  return fused &&
+         (force_fused || slice_ops::kernels_apply(x.device(), x.scalar_type(),
+                                                  slice_ops::kernel_dim(dim_head), slices));
+}
+
+torch::Tensor GaleAttentionImpl::mix_tokens(const torch::Tensor& tokens,
+                                            const torch::Tensor& context,
+                                            const torch::Tensor& qkv_weight,
+                                            const std::vector<torch::Tensor>& cross,
+                                            const std::vector<torch::Tensor>& mixing) const {
+  auto mixed = slice_token_attention(tokens, qkv_weight);
+  if (!context.defined()) return mixed;
+  // cross: cross_q, cross_k, cross_v weights and biases.
+  const auto attended =
+      dot_product_attention(linear(tokens, cross[0], cross[1]), linear(context, cross[2], cross[3]),
+                            linear(context, cross[4], cross[5]))
+          .to(mixed.scalar_type());
+  if (weighted) {  // mixing: state_mixing
+    const auto m = torch::sigmoid(mixing[0]).to(mixed.scalar_type());
+    return m * mixed + (1 - m) * attended;
+  }
+  // mixing: concat_project's weight and bias
+  return torch::gelu(linear(torch::cat({mixed, attended}, -1), mixing[0], mixing[1]));
+}
+
 torch::Tensor GaleAttentionImpl::forward(const torch::Tensor& x_in, const torch::Tensor& context) {
-  const int64_t b = x_in.size(0), n = x_in.size(1);
   const auto x = autocast_input(x_in);
+  if (uses_fused(x)) return forward_fused(x, context);
+  const int64_t b = x.size(0), n = x.size(1);
   const auto x_mid = linear(*in_project_x, x).view({b, n, heads, dim_head});
   const auto fx_mid = linear(*in_project_fx, x).view({b, n, heads, dim_head});
   const auto [w, tokens] = slice(*in_project_slice, temperature, x_mid, fx_mid);
-  auto mixed = slice_token_attention(tokens, qkv_project->weight);
+  std::vector<torch::Tensor> cross, mixing;
   if (context.defined()) {
-    const auto cross = dot_product_attention(linear(*cross_q, tokens), linear(*cross_k, context),
-                                             linear(*cross_v, context));
+    cross = {cross_q->weight, cross_q->bias,   cross_k->weight,
+             cross_k->bias,   cross_v->weight, cross_v->bias};
     if (weighted) {
-      const auto m = torch::sigmoid(state_mixing).to(mixed.scalar_type());
-      mixed = m * mixed + (1 - m) * cross.to(mixed.scalar_type());
+      mixing = {state_mixing};
     } else {
       const auto& proj = *concat_project[0]->as<torch::nn::Linear>();
-      mixed = torch::gelu(linear(proj, torch::cat({mixed, cross.to(mixed.scalar_type())}, -1)));
+      mixing = {proj.weight, proj.bias};
     }
   }
+  const auto mixed = mix_tokens(tokens, context, qkv_project->weight, cross, mixing);
   const auto y = torch::einsum("bnhs,bhsd->bnhd", {w, mixed.to(w.scalar_type())});
   return linear(*out_linear, y.reshape({b, n, heads * dim_head}));
+}
+
+namespace {
+
+// A projection's weight (H d, in) and bias (H d) with each head's rows
+// padded with zeros to dp: (H dp, in), (H dp).
+std::pair<torch::Tensor, torch::Tensor> pad_head_rows(const torch::nn::LinearImpl& l, int64_t heads,
+                                                      int64_t d, int64_t dp) {
+  if (dp == d) return {l.weight, l.bias};
+  return {torch::constant_pad_nd(l.weight.view({heads, d, -1}), {0, 0, 0, dp - d})
+              .view({heads * dp, -1}),
+          torch::constant_pad_nd(l.bias.view({heads, d}), {0, dp - d}).view({heads * dp})};
+}
+
+// The last dim of t padded with zeros from d to dp (or narrowed back).
+torch::Tensor pad_last(const torch::Tensor& t, int64_t dp) {
+  const int64_t d = t.size(-1);
+  if (dp == d) return t;
+  return dp > d ? torch::constant_pad_nd(t, {0, dp - d}) : t.narrow(-1, 0, dp);
+}
+
+}  // namespace
+
+torch::Tensor GaleAttentionImpl::forward_fused(const torch::Tensor& x,
+                                               const torch::Tensor& context) {
+  const int64_t b = x.size(0), n = x.size(1), d = dim_head;
+  const int64_t dp = slice_ops::kernel_dim(d);
+  const auto [wx, bx] = pad_head_rows(*in_project_x, heads, d, dp);
+  const auto [wf, bf] = pad_head_rows(*in_project_fx, heads, d, dp);
+  const auto x_mid = linear(x, wx, bx).view({b, n, heads, dp});
+  const auto fx_mid = linear(x, wf, bf).view({b, n, heads, dp});
+  // The leaves of the mix, in order: Wqkv, then with a context the cross
+  // projections, the mixing weights and the context itself.
+  std::vector<torch::Tensor> leaves{qkv_project->weight};
+  size_t mixing_count = 0;
+  if (context.defined()) {
+    leaves.insert(leaves.end(), {cross_q->weight, cross_q->bias, cross_k->weight, cross_k->bias,
+                                 cross_v->weight, cross_v->bias});
+    if (weighted) {
+      leaves.push_back(state_mixing);
+      mixing_count = 1;
+    } else {
+      const auto& proj = *concat_project[0]->as<torch::nn::Linear>();
+      leaves.insert(leaves.end(), {proj.weight, proj.bias});
+      mixing_count = 2;
+    }
+    leaves.push_back(context);
+  }
+  const TokenMixer mix = [&](const torch::Tensor& tokens, const std::vector<torch::Tensor>& l) {
+    const bool with_context = l.size() > 1;
+    const std::vector<torch::Tensor> cross =
+        with_context ? std::vector<torch::Tensor>(l.begin() + 1, l.begin() + 7)
+                     : std::vector<torch::Tensor>{};
+    const std::vector<torch::Tensor> mixing =
+        with_context ? std::vector<torch::Tensor>(l.begin() + 7, l.begin() + 7 + mixing_count)
+                     : std::vector<torch::Tensor>{};
+    const auto ctx = with_context ? l.back() : torch::Tensor();
+    return pad_last(mix_tokens(pad_last(tokens, d), ctx, l[0], cross, mixing), dp);
+  };
+  const auto y = fused_slice_mix(
+      x_mid, fx_mid,
+      {pad_last(in_project_slice->weight, dp), in_project_slice->bias, temperature, kSliceNormEps},
+      mix, leaves);
+  // out_linear's weight (E, H d) padded per head to (E, H dp).
+  const auto wo = dp == d
+                      ? out_linear->weight
+                      : torch::constant_pad_nd(out_linear->weight.view({-1, heads, d}), {0, dp - d})
+                            .view({out_linear->weight.size(0), heads * dp});
+  return linear(y.reshape({b, n, heads * dp}), wo, out_linear->bias);
 }
 
 GaleBlockImpl::GaleBlockImpl(int64_t width, const GeoTransolverOptions& o, int64_t context_dim)
     : bf16_layer_norm(o.bf16_layer_norm) {
   ln_1 = register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({width})));
-  Attn = register_module(
-      "Attn", GaleAttention(width, o.n_head, o.slice_num, context_dim, o.state_mixing_mode));
+  Attn = register_module("Attn", GaleAttention(width, o.n_head, o.slice_num, context_dim,
+                                               o.state_mixing_mode, o.fused_attention));
   ln_mlp1 = register_module(
       "ln_mlp1", torch::nn::Sequential(torch::nn::LayerNorm(torch::nn::LayerNormOptions({width})),
                                        Mlp(width, width * o.mlp_ratio, width)));
@@ -260,7 +362,15 @@ nlohmann::json GeoTransolverImpl::physicsnemo_args() const {
 }
 
 nlohmann::json GeoTransolverImpl::numerics(c10::Device device, bool bf16) const {
-  return {{"gale_attention", "plain LibTorch"},
+  const int64_t width = options_.n_hidden +
+                        (options_.include_local_features && options_.geometry_dim > 0
+                             ? options_.n_hidden_local * static_cast<int64_t>(options_.radii.size())
+                             : 0);
+  const bool fused =
+      options_.fused_attention && bf16 &&
+      slice_ops::kernels_apply(device, torch::kBFloat16,
+                               slice_ops::kernel_dim(width / options_.n_head), options_.slice_num);
+  return {{"gale_attention", fused ? "fused CUDA kernels" : "plain LibTorch"},
           {"ball_query", device.is_cuda() ? "CUDA grid search, every scale at once"
                                           : "ATen cdist + top-k, every scale at once"},
           {"layer_norm", bf16 && options_.bf16_layer_norm ? "bf16" : "fp32"}};

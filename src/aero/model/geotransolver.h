@@ -65,6 +65,7 @@ struct GeoTransolverOptions {
   int64_t n_hidden_local = 32;
   std::string state_mixing_mode = "weighted";  // weighted | concat_project
   bool bf16_layer_norm = true;                 // as TransolverOptions::bf16_layer_norm
+  bool fused_attention = true;                 // GALE on the fused slice kernels where they apply
 };
 
 // Slice tokens of a set of points: (B, N, dim) -> (B, H, S, dh).
@@ -115,19 +116,35 @@ class GlobalContextBuilderImpl : public torch::nn::Module {
 };
 TORCH_MODULE(GlobalContextBuilder);
 
+// GALE. On CUDA under bf16 autocast (fused_attention on) the slice ->
+// self/cross-attention -> deslice runs as one fused_slice_mix
+// (fused_physics_attention.h), each head padded with zeros to the kernels'
+// head size (slice_ops::kernel_dim: 56 runs at 64) through zero-padded
+// copies of the projection weights, so no activation is copied to pad it;
+// the plain path below is the reference. force_fused takes the fused path
+// on any device (on the CPU its ATen decomposition): for tests.
 class GaleAttentionImpl : public torch::nn::Module {
  public:
   GaleAttentionImpl(int64_t dim, int64_t heads, int64_t slices, int64_t context_dim,
-                    const std::string& state_mixing_mode);
+                    const std::string& state_mixing_mode, bool fused_attention = true);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& context);
+  // Whether forward takes the fused path for this (autocast-cast) input.
+  bool uses_fused(const torch::Tensor& x) const;
 
   int64_t heads, dim_head, slices;
-  bool weighted;
+  bool weighted, fused, force_fused = false;
   torch::Tensor temperature, state_mixing;
   torch::nn::Linear in_project_slice{nullptr}, qkv_project{nullptr}, out_linear{nullptr},
       in_project_x{nullptr}, in_project_fx{nullptr}, cross_q{nullptr}, cross_k{nullptr},
       cross_v{nullptr};
   torch::nn::Sequential concat_project{nullptr};
+
+ private:
+  torch::Tensor forward_fused(const torch::Tensor& x, const torch::Tensor& context);
+  // The self- and cross-attention among the slice tokens and their mix.
+  torch::Tensor mix_tokens(const torch::Tensor& tokens, const torch::Tensor& context,
+                           const torch::Tensor& qkv_weight, const std::vector<torch::Tensor>& cross,
+                           const std::vector<torch::Tensor>& mixing) const;
 };
 TORCH_MODULE(GaleAttention);
 

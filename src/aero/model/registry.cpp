@@ -62,6 +62,7 @@ ModelPtr build_geotransolver(const Config& c, const ModelShape& shape) {
   m.n_hidden_local = c.get<int64_t>("model.n_hidden_local");
   m.state_mixing_mode = c.get<std::string>("model.state_mixing_mode");
   m.bf16_layer_norm = c.get<bool>("model.bf16_layer_norm");
+  m.fused_attention = c.get<bool>("model.fused_attention");
   for (const char* k : {"model.n_layers", "model.n_hidden", "model.n_head", "model.slice_num",
                         "model.mlp_ratio", "model.n_hidden_local"}) {
     check_positive(k, c.get<int64_t>(k));

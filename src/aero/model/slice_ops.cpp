@@ -96,6 +96,22 @@ bool kernels_apply(const at::Tensor& x, int64_t slices) {
 #endif
 }
 
+bool kernels_apply(c10::Device device, c10::ScalarType dtype, int64_t dim, int64_t slices) {
+#ifdef SLIPSTREAM_WITH_CUDA
+  return device.is_cuda() && dtype == at::kBFloat16 && slice_kernels::supported(dim, slices);
+#else
+  (void)device, (void)dtype, (void)dim, (void)slices;
+  return false;
+#endif
+}
+
+int64_t kernel_dim(int64_t dim) {
+  for (int64_t d : {16, 32, 64}) {
+    if (dim <= d) return d;
+  }
+  return dim;
+}
+
 FirstReduce reduce_first(const Weights& in, const at::Tensor& y) {
   check_shapes(in);
 #ifdef SLIPSTREAM_WITH_CUDA

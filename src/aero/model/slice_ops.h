@@ -8,6 +8,8 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
 
 namespace slipstream::aero::slice_ops {
 
@@ -22,6 +24,16 @@ struct Weights {
 // True when these inputs run the CUDA kernels (also false in a build
 // without CUDA).
 bool kernels_apply(const at::Tensor& x, int64_t slices);
+// The same decided before x_mid exists: x_mid of this device and dtype,
+// `dim` wide per head.
+bool kernels_apply(c10::Device device, c10::ScalarType dtype, int64_t dim, int64_t slices);
+
+// The head size the kernels run a head of `dim` at: the next of 16, 32 and
+// 64 (dim itself above 64, where no kernel applies). A layer whose heads
+// are narrower pads each head with zero columns to it: a zero column adds
+// nothing to the slice logits and its slice tokens, outputs and gradients
+// are zero, so the result is the unpadded one.
+int64_t kernel_dim(int64_t dim);
 
 struct FirstReduce {
   at::Tensor sums;    // (B, H, G, D) fp32: sum_n w y

@@ -3,6 +3,7 @@
 // and the whole model on the GPU in fp32 against PhysicsNeMo's fixture.
 #include "aero/model/ball_query.h"
 #include "aero/model/geotransolver.h"
+#include "aero/model/numerics.h"
 #include "aero/model/registry.h"
 #include "core/device/device.h"
 #include "core/io/safetensors.h"
@@ -13,8 +14,12 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <map>
+#include <string>
+#include <tuple>
 #include <vector>
 
 namespace slipstream::aero {
@@ -41,10 +46,36 @@ TEST(BallQueryKernelTest, NearestWithinTheRadiusInIncreasingDistanceZeroPadded_C
   EXPECT_TRUE(torch::equal(t.indices.cpu()[0][0], torch::tensor({4, 5}, torch::kLong)));
 }
 
-// Random clouds, two batches, tiles of points that do not divide N, every
-// kernel K, radii from a few neighbours to the whole domain: the same
-// neighbours as the reference path, but for round-off at the radius or
-// between near-equal distances.
+// The kernel's neighbours against the reference path's: the same but for
+// round-off at the radius or between near-equal distances.
+void expect_same_neighbours(const torch::Tensor& points, const torch::Tensor& queries,
+                            const BallQueryResult& got_cuda, const BallQueryResult& want,
+                            double radius, int64_t k, const std::string& what) {
+  const auto gi = got_cuda.indices.cpu(), gp = got_cuda.neighbors.cpu();
+  ASSERT_EQ(gi.sizes(), want.indices.sizes()) << what;
+  ASSERT_EQ(gp.sizes(), want.neighbors.sizes()) << what;
+  const double mismatched = gi.ne(want.indices).to(torch::kDouble).mean().item<double>();
+  EXPECT_LE(mismatched, 1e-4) << what;
+  // Where an index differs, the two neighbours are as far from the query
+  // to round-off (or one is the padding beside a point on the radius).
+  const auto q = queries.unsqueeze(2);
+  const auto dg = (gp - q).norm(2, -1), dw = (want.neighbors - q).norm(2, -1);
+  const auto differ = gi.ne(want.indices);
+  const auto near = (dg - dw).abs().le(1e-5) | (dg - radius).abs().le(1e-5) |
+                    (dw - radius).abs().le(1e-5) | gp.eq(0).all(-1) | want.neighbors.eq(0).all(-1);
+  EXPECT_TRUE((near | differ.logical_not()).all().item<bool>()) << what;
+  // The neighbours are the points the indices name.
+  const int64_t b = points.size(0), m = queries.size(1), n = points.size(1);
+  const auto gathered = at::gather(points.unsqueeze(1).expand({b, m, n, 3}), 2,
+                                   gi.unsqueeze(-1).expand({b, m, k, 3}));
+  const auto padded = gp.eq(0).all(-1, true);
+  EXPECT_TRUE(torch::where(padded, torch::zeros_like(gp), gathered)
+                  .equal(torch::where(padded, torch::zeros_like(gp), gp)))
+      << what;
+}
+
+// Random clouds, two batches, every kernel K, radii from a few neighbours
+// to the whole domain.
 TEST(BallQueryKernelTest, MatchesTheReferencePathOnRandomClouds_CUDA) {
   SKIP_WITHOUT_CUDA();
   torch::manual_seed(11);
@@ -56,31 +87,127 @@ TEST(BallQueryKernelTest, MatchesTheReferencePathOnRandomClouds_CUDA) {
   };
   for (const Case c :
        {Case{0.05, 4}, Case{0.1, 16}, Case{0.3, 32}, Case{0.5, 64}, Case{5.0, 100}, Case{5.0, 1}}) {
-    const auto want = ball_query(points, queries, c.radius, c.k);
-    const auto got = ball_query(points.cuda(), queries.cuda(), c.radius, c.k);
-    const auto gi = got.indices.cpu(), gp = got.neighbors.cpu();
-    ASSERT_EQ(gi.sizes(), want.indices.sizes());
-    ASSERT_EQ(gp.sizes(), want.neighbors.sizes());
-    const double mismatched = gi.ne(want.indices).to(torch::kDouble).mean().item<double>();
-    EXPECT_LE(mismatched, 1e-4) << "radius " << c.radius << " k " << c.k;
-    // Where an index differs, the two neighbours are as far from the query
-    // to round-off (or one is the padding beside a point on the radius).
-    const auto q = queries.unsqueeze(2);
-    const auto dg = (gp - q).norm(2, -1), dw = (want.neighbors - q).norm(2, -1);
-    const auto differ = gi.ne(want.indices);
-    const auto near = (dg - dw).abs().le(1e-5) | (dg - c.radius).abs().le(1e-5) |
-                      (dw - c.radius).abs().le(1e-5) | gp.eq(0).all(-1) |
-                      want.neighbors.eq(0).all(-1);
-    EXPECT_TRUE((near | differ.logical_not()).all().item<bool>())
-        << "radius " << c.radius << " k " << c.k;
-    // The neighbours are the points the indices name.
-    const auto gathered = at::gather(points.unsqueeze(1).expand({2, 1777, 3001, 3}), 2,
-                                     gi.unsqueeze(-1).expand({2, 1777, c.k, 3}));
-    const auto padded = gp.eq(0).all(-1, true);
-    EXPECT_TRUE(torch::where(padded, torch::zeros_like(gp), gathered)
-                    .equal(torch::where(padded, torch::zeros_like(gp), gp)));
+    expect_same_neighbours(points, queries,
+                           ball_query(points.cuda(), queries.cuda(), c.radius, c.k),
+                           ball_query(points, queries, c.radius, c.k), c.radius, c.k,
+                           "radius " + std::to_string(c.radius) + " k " + std::to_string(c.k));
   }
 }
+
+// The grid search where a grid is at its worst: points clustered about a
+// body with a sparse far field, queries outside the points' box, a flat
+// cloud, a cloud on one line; the volume config's six scales at once.
+TEST(BallQueryKernelTest, ScalesFromOneGridSearchOnHardClouds_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  torch::manual_seed(12);
+  const auto cluster = torch::randn({1, 3000, 3}) * 0.05;
+  const auto far = (torch::rand({1, 1000, 3}) - 0.5) * 20;
+  const auto clustered = torch::cat({cluster, far}, 1);
+  auto flat = torch::rand({1, 2500, 3});
+  flat.select(2, 2).zero_();
+  auto line = torch::zeros({1, 700, 3});
+  line.select(2, 0).copy_(torch::rand({1, 700}) * 3);
+  const std::vector<BallQueryScale> scales{{0.01, 8}, {0.05, 16}, {0.25, 32},
+                                           {1.0, 32}, {2.5, 64},  {5.0, 128}};
+  struct Cloud {
+    const char* name;
+    torch::Tensor points, queries;
+  };
+  for (const Cloud& c : {Cloud{"clustered", clustered, clustered},
+                         Cloud{"outside", clustered, (torch::rand({1, 500, 3}) - 0.5) * 40},
+                         Cloud{"flat", flat, flat}, Cloud{"line", line, line}}) {
+    const auto got = ball_query_scales(c.points.cuda(), c.queries.cuda(), scales);
+    ASSERT_EQ(got.size(), scales.size());
+    for (size_t i = 0; i < scales.size(); ++i) {
+      const auto want = ball_query(c.points, c.queries, scales[i].radius, scales[i].k);
+      expect_same_neighbours(c.points, c.queries, got[i], want, scales[i].radius, scales[i].k,
+                             std::string(c.name) + " scale " + std::to_string(i));
+    }
+  }
+  // Every point at one place: one cell, and ties go to the lower index.
+  const auto same = torch::ones({1, 50, 3});
+  const auto r = ball_query_scales(same.cuda(), same.cuda(), {{0.5, 8}, {0.5, 3}});
+  EXPECT_TRUE(torch::equal(r[0].indices.cpu()[0][17], torch::arange(8, torch::kLong)));
+  EXPECT_TRUE(torch::equal(r[1].indices.cpu()[0][49], torch::arange(3, torch::kLong)));
+}
+
+struct GaleStep {
+  torch::Tensor out;
+  std::map<std::string, torch::Tensor> grads;  // "x", "context" and every parameter
+};
+
+GaleStep gale_step(GaleAttention& a, const torch::Tensor& x_in, const torch::Tensor& context_in,
+                   const torch::Tensor& upstream, bool fused, bool bf16) {
+  a->fused = fused;
+  a->zero_grad();
+  auto x = x_in.detach().clone().requires_grad_(true);
+  auto context = context_in.detach().clone().requires_grad_(true);
+  GaleStep r;
+  {
+    AutocastGuard autocast(x.device(), bf16);
+    r.out = a->forward(x, context).to(torch::kFloat);
+  }
+  (r.out * upstream).sum().backward();
+  r.grads["x"] = x.grad().to(torch::kFloat);
+  r.grads["context"] = context.grad().to(torch::kFloat);
+  for (const auto& p : a->named_parameters()) r.grads[p.key()] = p.value().grad().clone();
+  return r;
+}
+
+// The volume config's GALE layer (width 448, 8 heads of 56 run padded to
+// 64, 256 slices, a 256-wide context) three ways: plain fp32 (the
+// reference), plain bf16 and fused bf16. The fused output and every
+// gradient are within bf16 tolerance of the reference: at most 3x the plain
+// bf16 path's own error, or 2e-2 relative. cross_k.bias, whose gradient is
+// zero but for round-off, is measured against the largest gradient.
+class FusedGaleCudaTest : public ::testing::TestWithParam<std::tuple<const char*, int64_t>> {};
+
+TEST_P(FusedGaleCudaTest, FusedMatchesReferenceWithinBf16Tolerance_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  const auto [mode, points] = GetParam();
+  torch::manual_seed(21 + points);
+  GaleAttention a(448, 8, 256, 256, mode);
+  {
+    torch::NoGradGuard no_grad;
+    a->temperature.copy_(torch::linspace(0.5, 1.5, 8).view({1, 1, 8, 1}));
+    if (a->state_mixing.defined()) a->state_mixing.fill_(0.3);
+  }
+  a->to(torch::kCUDA);
+  const auto x = torch::randn({1, points, 448}, torch::kCUDA);
+  const auto context = torch::randn({1, 8, 256, 256}, torch::kCUDA);
+  const auto upstream = torch::randn({1, points, 448}, torch::kCUDA);
+  const auto ref = gale_step(a, x, context, upstream, false, false);
+  const auto plain = gale_step(a, x, context, upstream, false, true);
+  const auto fused = gale_step(a, x, context, upstream, true, true);
+  {
+    AutocastGuard autocast(x.device(), true);
+    ASSERT_TRUE(a->uses_fused(autocast_input(x)));
+  }
+  const double out_plain = relative_error(plain.out, ref.out),
+               out_fused = relative_error(fused.out, ref.out);
+  std::printf("GALE %s N=%ld output: plain bf16 %.2e fused %.2e\n", mode, static_cast<long>(points),
+              out_plain, out_fused);
+  EXPECT_LE(out_fused, std::max(3 * out_plain, 2e-2));
+  double largest = 0;
+  for (const auto& [name, want] : ref.grads)
+    largest = std::max(largest, want.norm().item<double>());
+  for (const auto& [name, want] : ref.grads) {
+    const auto& got = fused.grads.at(name);
+    EXPECT_TRUE(torch::isfinite(got).all().item<bool>()) << name;
+    const double scale = std::max(want.norm().item<double>(), 1e-3 * largest);
+    const double e_plain = (plain.grads.at(name) - want).norm().item<double>() / scale;
+    const double e_fused = (got - want).norm().item<double>() / scale;
+    std::printf("  grad %-28s plain bf16 %.2e fused %.2e\n", name.c_str(), e_plain, e_fused);
+    EXPECT_LE(e_fused, std::max(3 * e_plain, 2e-2)) << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, FusedGaleCudaTest,
+                         ::testing::Values(std::make_tuple("weighted", int64_t{1}),
+                                           std::make_tuple("weighted", int64_t{33}),
+                                           std::make_tuple("weighted", int64_t{4099}),
+                                           std::make_tuple("weighted", int64_t{70001}),
+                                           std::make_tuple("concat_project", int64_t{2050})));
 
 TEST(GeoTransolverCudaTest, ReproducesPhysicsNeMoOnTheGpuInFp32_CUDA) {
   SKIP_WITHOUT_CUDA();

@@ -12,6 +12,10 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <map>
+#include <string>
+
 namespace slipstream::aero {
 namespace {
 
@@ -133,6 +137,75 @@ TEST(GeoTransolverTest, OneTensorForGeometryAndPositionsGivesTheSameResult) {
   EXPECT_LT(relative_error(shared, f.at("output")), 1e-4);
 }
 
+// One GALE layer's output and every gradient (x, the context and each
+// parameter) for a fixed upstream gradient.
+struct GaleStep {
+  torch::Tensor out;
+  std::map<std::string, torch::Tensor> grads;
+};
+
+GaleStep gale_step(GaleAttention& a, const torch::Tensor& x_in, const torch::Tensor& context_in,
+                   const torch::Tensor& upstream) {
+  a->zero_grad();
+  auto x = x_in.detach().clone().requires_grad_(true);
+  auto context =
+      context_in.defined() ? context_in.detach().clone().requires_grad_(true) : torch::Tensor();
+  GaleStep r;
+  r.out = a->forward(x, context);
+  (r.out * upstream).sum().backward();
+  r.grads["x"] = x.grad();
+  if (context.defined()) r.grads["context"] = context.grad();
+  for (const auto& p : a->named_parameters()) {
+    if (p.value().grad().defined()) r.grads[p.key()] = p.value().grad().clone();
+  }
+  return r;
+}
+
+// The fused GALE path (on the CPU: the slice kernels' ATen decomposition)
+// against the plain one in fp64, with heads of 18 padded to the kernels'
+// 32: the same output and gradients to fp64 round-off, for both mixing
+// modes and without a context.
+TEST(GeoTransolverTest, FusedGaleWithPaddedHeadsEqualsThePlainPath) {
+  struct Case {
+    const char* mode;
+    bool context;
+  };
+  for (const Case c :
+       {Case{"weighted", true}, Case{"concat_project", true}, Case{"weighted", false}}) {
+    torch::manual_seed(3);
+    GaleAttention a(36, 2, 16, 20, c.mode);
+    {
+      torch::NoGradGuard no_grad;
+      if (a->state_mixing.defined()) a->state_mixing.fill_(0.4);
+      a->temperature.copy_(torch::tensor({0.7, 1.3}).view({1, 1, 2, 1}));
+    }
+    a->to(torch::kDouble);
+    const auto x = torch::randn({2, 50, 36}, torch::kDouble);
+    const auto context = c.context ? torch::randn({2, 2, 16, 20}, torch::kDouble) : torch::Tensor();
+    const auto upstream = torch::randn({2, 50, 36}, torch::kDouble);
+    a->fused = false;
+    const auto plain = gale_step(a, x, context, upstream);
+    a->fused = true;
+    a->force_fused = true;
+    ASSERT_TRUE(a->uses_fused(x));
+    const auto fused = gale_step(a, x, context, upstream);
+    EXPECT_LT(relative_error(fused.out, plain.out), 1e-12) << c.mode;
+    EXPECT_EQ(fused.grads.size(), plain.grads.size()) << c.mode;
+    double largest = 0;
+    for (const auto& [name, want] : plain.grads) {
+      largest = std::max(largest, want.norm().item<double>());
+    }
+    // cross_k.bias's gradient is zero but for round-off (a key bias shifts
+    // every logit of a query alike): it is measured against the largest.
+    for (const auto& [name, want] : plain.grads) {
+      ASSERT_TRUE(fused.grads.count(name)) << c.mode << " " << name;
+      const double err = (fused.grads.at(name) - want).norm().item<double>();
+      EXPECT_LT(err, 1e-10 * std::max(want.norm().item<double>(), 1e-3 * largest))
+          << c.mode << " " << name;
+    }
+  }
+}
+
 TEST(BallQueryTest, ReproducesPhysicsNeMosNeighboursExactly) {
   const auto f =
       read_safetensors(testing::fixtures_dir() + "/geotransolver_small_volume.safetensors");
@@ -158,6 +231,27 @@ TEST(BallQueryTest, NearestWithinTheRadiusInIncreasingDistanceZeroPadded) {
   const auto chunked = ball_query(points, many, 2.0, 4, /*max_elements=*/30);
   EXPECT_TRUE(torch::equal(whole.indices, chunked.indices));
   EXPECT_TRUE(torch::equal(whole.neighbors, chunked.neighbors));
+}
+
+// Several scales from one search equal one ball query per scale: the
+// prefix within each radius of the largest K nearest within the largest.
+TEST(BallQueryTest, ScalesFromOneSearchEqualOneQueryPerScale) {
+  torch::manual_seed(5);
+  const auto points = torch::rand({2, 300, 3}) * torch::tensor({2.f, 1.f, 0.5f});
+  const auto queries = torch::rand({2, 41, 3}) * 2;
+  const std::vector<BallQueryScale> scales{{0.05, 8}, {0.2, 16}, {0.6, 32}, {5.0, 4}, {0.3, 64}};
+  const auto all = ball_query_scales(points, queries, scales, /*max_elements=*/5000);
+  ASSERT_EQ(all.size(), scales.size());
+  int64_t padded = 0;
+  for (size_t i = 0; i < scales.size(); ++i) {
+    const auto one = ball_query(points, queries, scales[i].radius, scales[i].k);
+    EXPECT_TRUE(torch::equal(all[i].indices, one.indices)) << "scale " << i;
+    EXPECT_TRUE(torch::equal(all[i].neighbors, one.neighbors)) << "scale " << i;
+    padded += one.neighbors.eq(0).all(-1).sum().item<int64_t>();
+  }
+  EXPECT_GT(padded, 0);  // some scales run out of points within their radius
+  EXPECT_NE(error_message_of([&] { ball_query_scales(points, queries, {}); }).find("no scales"),
+            std::string::npos);
 }
 
 TEST(BallQueryTest, BadInputIsAClearError) {
