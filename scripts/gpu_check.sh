@@ -4,6 +4,7 @@
 # /tmp/slipstream-out; a summary in $OUT/summary.txt):
 #   build      configure (PyTorch's LibTorch, NCCL found by CMake) and build into build-gpu/
 #   test       every CTest test, the *_CUDA ones included
+#   cuda       the *_CUDA test binaries alone (CUDA_TESTS: a glob of names), full logs
 #   bench      slipstream bench, volume config: Muon + AdamW, then AdamW
 #   fused      the fused kernels against the plain path, per-kernel timings,
 #              and bench with them on and off (FUSED_ALSO_PLAIN= leaves the plain bench out)
@@ -68,6 +69,16 @@ stage_test() {
   tail -30 "$OUT/ctest.log" | tee -a "$OUT/summary.txt"
   for t in build-gpu/tests/*_CUDA_test build-gpu/tests/run_test; do
     SLIPSTREAM_BIN="$BIN" "$t" 2>&1 | grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|actual|Sync audit|^largest excess" \
+      | tee -a "$OUT/summary.txt"
+  done
+  return $rc
+}
+
+stage_cuda() {  # the CUDA test binaries alone (CUDA_TESTS: a glob of their names)
+  local rc=0
+  for t in build-gpu/tests/${CUDA_TESTS:-*}_CUDA_test; do
+    SLIPSTREAM_BIN="$BIN" "$t" >"$OUT/$(basename "$t").log" 2>&1 || rc=1
+    grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|actual|^GALE|^  grad|^N=" "$OUT/$(basename "$t").log" \
       | tee -a "$OUT/summary.txt"
   done
   return $rc
