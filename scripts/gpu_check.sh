@@ -17,7 +17,8 @@
 #   mdlus      export a fine-tuned model as .mdlus; torch.load and the fixture's names check it
 #   train      3 epochs of the volume config, then TensorBoard's own reader on the logs
 #   recompute  bench at RECOMPUTE_POINTS x RECOMPUTE_MODES (training.recompute), and its sync audit
-#   profile    bench --profile: device time per kernel (and the operators behind them)
+#   profile    bench --profile: device time per kernel (and the operators behind them);
+#              PROFILE_ARGS: more bench arguments (e.g. model=geotransolver_volume)
 #   multi      2 GPUs: NCCL tests, bench on 1 and 2 GPUs, a 2-rank training
 #   torchrun   2 GPUs through torchrun
 # Usage: bash scripts/gpu_check.sh build test bench
@@ -226,7 +227,7 @@ stage_train() {
 stage_profile() {
   log "profile: one AdamW round's kernels, fused (volume config)"
   bench --rounds 1 --steps 6 --warmup 4 optimizer.name=adamw run_id=profile --profile \
-    --policies async
+    --policies async ${PROFILE_ARGS:-}
   python3 scripts/trace_ops.py runs/bench-profile-kernel_trace.json 14 10 2>&1 \
     | tee -a "$OUT/summary.txt"
 }

@@ -92,7 +92,10 @@ std::vector<BallQueryResult> grid_search(const at::Tensor& points, const at::Ten
   const auto int32 = p.options().dtype(at::kInt);
   auto point_cells = at::empty({b, n}, int32);
   kq::cell_of(grid, p.data_ptr<float>(), b, n, point_cells.data_ptr<int32_t>(), stream);
-  const auto [sorted_cells, order] = at::sort(point_cells, /*stable=*/true, /*dim=*/1);
+  // (The optional<bool> spelled out: a plain `true` would pick the
+  // (dim, descending) overload.)
+  const auto [sorted_cells, order] =
+      at::sort(point_cells, c10::optional<bool>(true), /*dim=*/1, /*descending=*/false);
   const auto cell_ids = at::arange(grid.max_cells + 1, int32).expand({b, grid.max_cells + 1});
   const auto cell_start = at::searchsorted(sorted_cells, cell_ids.contiguous()).contiguous();
   auto sorted = at::empty({b, n, 4}, p.options());
@@ -101,7 +104,8 @@ std::vector<BallQueryResult> grid_search(const at::Tensor& points, const at::Ten
            stream);
   auto query_cells = at::empty({b, m}, int32);
   kq::cell_of(grid, q.data_ptr<float>(), b, m, query_cells.data_ptr<int32_t>(), stream);
-  const auto query_order = std::get<1>(at::sort(query_cells, /*stable=*/false, /*dim=*/1));
+  const auto query_order = std::get<1>(
+      at::sort(query_cells, c10::optional<bool>(false), /*dim=*/1, /*descending=*/false));
 
   kq::Search s;
   s.grid = grid;
