@@ -79,7 +79,7 @@ stage_cuda() {  # the CUDA test binaries alone (CUDA_TESTS: a glob of their name
   local rc=0
   for t in build-gpu/tests/${CUDA_TESTS:-*}_CUDA_test; do
     SLIPSTREAM_BIN="$BIN" "$t" >"$OUT/$(basename "$t").log" 2>&1 || rc=1
-    grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|actual|^GALE|^  grad|^N=" "$OUT/$(basename "$t").log" \
+    grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|actual|^GALE|^  grad|^N=|^context projector" "$OUT/$(basename "$t").log" \
       | tee -a "$OUT/summary.txt"
   done
   return $rc
@@ -132,7 +132,8 @@ stage_geo() {
   log "geo: audit, geotransolver_volume, 8 steps of 20k points, fused GALE"
   $BIN train --audit-syncs model=geotransolver_volume dataset=synthetic_volume \
     dataset.sampling_resolution=20000 training.num_epochs=1 training.steps_per_epoch=8 \
-    training.validate=false run_id=geo-audit 2>&1 | grep -E "Sync audit|error" | tee -a "$OUT/summary.txt"
+    training.validate=false run_id=geo-audit >"$OUT/geo_audit.log" 2>&1
+  grep -E "Sync audit|error" "$OUT/geo_audit.log" | tee -a "$OUT/summary.txt"
   log "geo: the ball query alone, the volume config's six scales"
   build-gpu/bench/ball_query_bench ${GEO_QUERY_POINTS:-200000} 2>&1 | tee -a "$OUT/summary.txt"
 }

@@ -23,15 +23,84 @@ slice_ops::Weights weights_of(const at::Tensor& x_mid, AutogradContext* ctx) {
           ctx->saved_data["tau"].toTensor()};
 }
 
+// The forward's slice weights (detached, the temperature clamped), also
+// kept in ctx for the backward.
+slice_ops::Weights save_weights(AutogradContext* ctx, const at::Tensor& x_mid,
+                                const at::Tensor& slice_weight, const at::Tensor& slice_bias,
+                                const at::Tensor& temperature) {
+  const slice_ops::Weights in{
+      x_mid, slice_weight.detach(), slice_bias.detach(),
+      temperature.detach().clamp(kTauMin, kTauMax).reshape({-1}).to(at::kFloat)};
+  ctx->saved_data["ws"] = in.ws;
+  ctx->saved_data["bias"] = in.bias;
+  ctx->saved_data["tau"] = in.tau;
+  return in;
+}
+
+// Through tokens = S / (sum_n w + eps), S = sum_n w fx, to the gradients of
+// S and of sum_n w.
+std::pair<at::Tensor, at::Tensor> token_grads(const at::Tensor& grad_tokens,
+                                              const at::Tensor& tokens, const at::Tensor& denom) {
+  return {grad_tokens / denom.unsqueeze(-1), -(grad_tokens * tokens).sum(-1) / denom};
+}
+
+// The slice weights' gradients as the function returns them: x_mid,
+// fx_mid, in_project_slice weight and bias, and the temperature. z =
+// logits / tau: dL/dtau = -sum(dL/dz * z) / tau, where the clamp passes it
+// (bounds included, as torch.clamp's gradient does).
+variable_list slice_weight_grads(const slice_ops::BackwardResult& r, const slice_ops::Weights& in,
+                                 const at::Tensor& temperature) {
+  const auto inside = temperature.ge(kTauMin).logical_and(temperature.le(kTauMax));
+  const auto grad_tau =
+      (-r.tau_acc / in.tau).view(temperature.sizes()).to(temperature.scalar_type()) *
+      inside.to(temperature.scalar_type());
+  return {r.grad_x, r.grad_fx, r.grad_ws.to(in.ws.scalar_type()),
+          r.grad_bias.to(in.bias.scalar_type()), grad_tau};
+}
+
+// The slice tokens alone (a context projector): x_mid, fx_mid -> (B, H, G,
+// D) fp32, keeping x_mid, fx_mid and the per-point lse.
+class SliceTokensFunction : public torch::autograd::Function<SliceTokensFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_mid, const at::Tensor& fx_mid,
+                            const at::Tensor& slice_weight, const at::Tensor& slice_bias,
+                            const at::Tensor& temperature, double eps) {
+    const auto in = save_weights(ctx, x_mid, slice_weight, slice_bias, temperature);
+    auto first = slice_ops::reduce_first(in, fx_mid);
+    const auto denom = first.colsum + eps;
+    auto tokens = first.sums / denom.unsqueeze(-1);
+    ctx->save_for_backward({x_mid, fx_mid, temperature});
+    ctx->saved_data["lse"] = first.lse;
+    ctx->saved_data["denom"] = denom;
+    ctx->saved_data["tokens"] = tokens;
+    return tokens;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& x_mid = saved[0];
+    const auto& fx_mid = saved[1];
+    const auto in = weights_of(x_mid, ctx);
+    const auto tokens = ctx->saved_data["tokens"].toTensor();
+    const auto [grad_sums, grad_norm] =
+        token_grads(grads[0], tokens, ctx->saved_data["denom"].toTensor());
+    // No deslice here: its term of dL/dw (gout os^T) is zero.
+    const auto r =
+        slice_ops::backward(in, ctx->saved_data["lse"].toTensor(), fx_mid, at::zeros_like(x_mid),
+                            at::zeros_like(tokens), grad_sums, grad_norm);
+    auto out = slice_weight_grads(r, in, saved[2]);
+    out.emplace_back();  // eps
+    return out;
+  }
+};
+
 class SliceMixFunction : public torch::autograd::Function<SliceMixFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_mid, const at::Tensor& fx_mid,
                             const at::Tensor& slice_weight, const at::Tensor& slice_bias,
                             const at::Tensor& temperature, at::TensorList leaves, double eps,
                             const TokenMixer* mix) {
-    const slice_ops::Weights in{
-        x_mid, slice_weight.detach(), slice_bias.detach(),
-        temperature.detach().clamp(kTauMin, kTauMax).reshape({-1}).to(at::kFloat)};
+    const auto in = save_weights(ctx, x_mid, slice_weight, slice_bias, temperature);
     auto first = slice_ops::reduce_first(in, fx_mid);
     const auto denom = first.colsum + eps;
     const auto tokens = first.sums / denom.unsqueeze(-1);
@@ -48,9 +117,6 @@ class SliceMixFunction : public torch::autograd::Function<SliceMixFunction> {
     auto out = slice_ops::expand(in, first.lse, mixed.detach());
 
     ctx->save_for_backward({x_mid, fx_mid, temperature});
-    ctx->saved_data["ws"] = in.ws;
-    ctx->saved_data["bias"] = in.bias;
-    ctx->saved_data["tau"] = in.tau;
     ctx->saved_data["lse"] = first.lse;
     ctx->saved_data["denom"] = denom;
     ctx->saved_data["tokens"] = tokens;
@@ -82,20 +148,9 @@ class SliceMixFunction : public torch::autograd::Function<SliceMixFunction> {
         torch::autograd::grad({mixed}, inputs, {grad_mixed.to(mixed.scalar_type())},
                               /*retain_graph=*/c10::nullopt, /*create_graph=*/false,
                               /*allow_unused=*/true);
-    const auto& grad_tokens = mix_grads[0];
-    // tokens = S / (sum_n w + eps), S = sum_n w fx.
-    const auto grad_sums = grad_tokens / denom.unsqueeze(-1);
-    const auto grad_norm = -(grad_tokens * tokens).sum(-1) / denom;
-    auto r = slice_ops::backward(in, lse, fx_mid, gout, mixed.detach(), grad_sums, grad_norm);
-
-    // z = logits / tau: dL/dtau = -sum(dL/dz * z) / tau, where the clamp
-    // passes it (bounds included, as torch.clamp's gradient does).
-    const auto inside = temperature.ge(kTauMin).logical_and(temperature.le(kTauMax));
-    const auto grad_tau =
-        (-r.tau_acc / in.tau).view(temperature.sizes()).to(temperature.scalar_type()) *
-        inside.to(temperature.scalar_type());
-    variable_list out{r.grad_x, r.grad_fx, r.grad_ws.to(in.ws.scalar_type()),
-                      r.grad_bias.to(in.bias.scalar_type()), grad_tau};
+    const auto [grad_sums, grad_norm] = token_grads(mix_grads[0], tokens, denom);
+    const auto r = slice_ops::backward(in, lse, fx_mid, gout, mixed.detach(), grad_sums, grad_norm);
+    auto out = slice_weight_grads(r, in, temperature);
     out.insert(out.end(), mix_grads.begin() + 1, mix_grads.end());
     out.emplace_back();  // eps
     out.emplace_back();  // mix
@@ -119,6 +174,14 @@ at::Tensor fused_slice_mix(const at::Tensor& x_mid, const at::Tensor& fx_mid, co
   }
   return SliceMixFunction::apply(x_mid, fx_mid, p.slice_weight, p.slice_bias, p.temperature,
                                  at::TensorList(leaves), p.eps, &mix);
+}
+
+at::Tensor fused_slice_tokens(const at::Tensor& x_mid, const at::Tensor& fx_mid,
+                              const SliceParams& p) {
+  TORCH_CHECK(x_mid.sizes() == fx_mid.sizes(), "fused slice tokens: x_mid ", x_mid.sizes(),
+              " and fx_mid ", fx_mid.sizes(), " differ");
+  return SliceTokensFunction::apply(x_mid, fx_mid, p.slice_weight, p.slice_bias, p.temperature,
+                                    p.eps);
 }
 
 at::Tensor fused_physics_attention(const at::Tensor& x_mid, const at::Tensor& fx_mid,

@@ -37,6 +37,12 @@ at::Tensor fused_slice_mix(const at::Tensor& x_mid, const at::Tensor& fx_mid,
                            const SliceParams& params, const TokenMixer& mix,
                            const std::vector<at::Tensor>& leaves);
 
+// The slice tokens alone (GeoTransolver's context projectors): x_mid,
+// fx_mid (B, N, H, D) -> (w / (sum_n w + eps))^T fx_mid (B, H, G, D) fp32,
+// with no points x heads x slices tensor kept for the backward.
+at::Tensor fused_slice_tokens(const at::Tensor& x_mid, const at::Tensor& fx_mid,
+                              const SliceParams& params);
+
 struct SliceAttentionParams {
   at::Tensor slice_weight;  // in_project_slice.weight (G, D)
   at::Tensor slice_bias;    // in_project_slice.bias (G)

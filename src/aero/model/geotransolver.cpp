@@ -31,12 +31,17 @@ std::pair<torch::Tensor, torch::Tensor> slice(const torch::nn::LinearImpl& in_pr
 }  // namespace
 
 ContextProjectorImpl::ContextProjectorImpl(int64_t dim, int64_t heads_, int64_t dim_head_,
-                                           int64_t slices)
-    : heads(heads_), dim_head(dim_head_) {
+                                           int64_t slices_, bool fused_attention)
+    : heads(heads_), dim_head(dim_head_), slices(slices_), fused(fused_attention) {
   temperature = register_parameter("temperature", torch::full({1, 1, heads, 1}, 0.5));
   in_project_x = register_module("in_project_x", torch::nn::Linear(dim, heads * dim_head));
   in_project_fx = register_module("in_project_fx", torch::nn::Linear(dim, heads * dim_head));
   in_project_slice = register_module("in_project_slice", torch::nn::Linear(dim_head, slices));
+}
+
+bool ContextProjectorImpl::uses_fused(const torch::Tensor& x) const {
+  return fused &&
+         (force_fused || slice_ops::kernels_apply(x.device(), x.scalar_type(), dim_head, slices));
 }
 
 torch::Tensor ContextProjectorImpl::forward(const torch::Tensor& x_in) {
@@ -44,6 +49,11 @@ torch::Tensor ContextProjectorImpl::forward(const torch::Tensor& x_in) {
   const int64_t b = x.size(0), n = x.size(1);
   const auto x_mid = linear(*in_project_x, x).view({b, n, heads, dim_head});
   const auto fx_mid = linear(*in_project_fx, x).view({b, n, heads, dim_head});
+  if (uses_fused(x)) {
+    return fused_slice_tokens(
+        x_mid, fx_mid,
+        {in_project_slice->weight, in_project_slice->bias, temperature, kSliceNormEps});
+  }
   return slice(*in_project_slice, temperature, x_mid, fx_mid).second;
 }
 
@@ -62,7 +72,8 @@ MultiScaleFeatureExtractorImpl::MultiScaleFeatureExtractorImpl(const GeoTransolv
   tokenizers = register_module("tokenizers", torch::nn::ModuleList());
   for (size_t i = 0; i < o.radii.size(); ++i) {
     processors->push_back(GeometricFeatureProcessor(o.neighbors_in_radius[i], o.n_hidden_local));
-    tokenizers->push_back(ContextProjector(o.n_hidden_local, o.n_head, dim_head, o.slice_num));
+    tokenizers->push_back(
+        ContextProjector(o.n_hidden_local, o.n_head, dim_head, o.slice_num, o.fused_attention));
   }
 }
 
@@ -75,12 +86,14 @@ GlobalContextBuilderImpl::GlobalContextBuilderImpl(const GeoTransolverOptions& o
   }
   if (o.geometry_dim > 0) {
     geometry_tokenizer = register_module(
-        "geometry_tokenizer", ContextProjector(o.geometry_dim, o.n_head, dh, o.slice_num));
+        "geometry_tokenizer",
+        ContextProjector(o.geometry_dim, o.n_head, dh, o.slice_num, o.fused_attention));
     context_dim_ += dh;
   }
   if (o.global_dim > 0) {
-    global_tokenizer = register_module("global_tokenizer",
-                                       ContextProjector(o.global_dim, o.n_head, dh, o.slice_num));
+    global_tokenizer = register_module(
+        "global_tokenizer",
+        ContextProjector(o.global_dim, o.n_head, dh, o.slice_num, o.fused_attention));
     context_dim_ += dh;
   }
 }
@@ -370,7 +383,12 @@ nlohmann::json GeoTransolverImpl::numerics(c10::Device device, bool bf16) const 
       options_.fused_attention && bf16 &&
       slice_ops::kernels_apply(device, torch::kBFloat16,
                                slice_ops::kernel_dim(width / options_.n_head), options_.slice_num);
+  const bool fused_context =
+      options_.fused_attention && bf16 &&
+      slice_ops::kernels_apply(device, torch::kBFloat16, options_.n_hidden / options_.n_head,
+                               options_.slice_num);
   return {{"gale_attention", fused ? "fused CUDA kernels" : "plain LibTorch"},
+          {"context_projectors", fused_context ? "fused CUDA kernels" : "plain LibTorch"},
           {"ball_query", device.is_cuda() ? "CUDA grid search, every scale at once"
                                           : "ATen cdist + top-k, every scale at once"},
           {"layer_norm", bf16 && options_.bf16_layer_norm ? "bf16" : "fp32"}};

@@ -68,13 +68,18 @@ struct GeoTransolverOptions {
   bool fused_attention = true;                 // GALE on the fused slice kernels where they apply
 };
 
-// Slice tokens of a set of points: (B, N, dim) -> (B, H, S, dh).
+// Slice tokens of a set of points: (B, N, dim) -> (B, H, S, dh). On CUDA
+// under bf16 autocast (fused on) through fused_slice_tokens, which keeps no
+// points x heads x slices tensor; force_fused as GaleAttentionImpl's.
 class ContextProjectorImpl : public torch::nn::Module {
  public:
-  ContextProjectorImpl(int64_t dim, int64_t heads, int64_t dim_head, int64_t slices);
+  ContextProjectorImpl(int64_t dim, int64_t heads, int64_t dim_head, int64_t slices,
+                       bool fused_attention = true);
   torch::Tensor forward(const torch::Tensor& x);
+  bool uses_fused(const torch::Tensor& x) const;
 
-  int64_t heads, dim_head;
+  int64_t heads, dim_head, slices;
+  bool fused, force_fused = false;
   torch::Tensor temperature;
   torch::nn::Linear in_project_x{nullptr}, in_project_fx{nullptr}, in_project_slice{nullptr};
 };

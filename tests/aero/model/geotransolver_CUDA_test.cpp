@@ -209,6 +209,51 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FusedGaleCudaTest,
                                            std::make_tuple("weighted", int64_t{70001}),
                                            std::make_tuple("concat_project", int64_t{2050})));
 
+// The volume config's context projector (32 local features, 8 heads of 32,
+// 256 slices) fused vs plain, three ways as above.
+TEST(FusedContextProjectorCudaTest, FusedMatchesReferenceWithinBf16Tolerance_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  for (const int64_t points : {int64_t{1}, int64_t{4099}, int64_t{70001}}) {
+    torch::manual_seed(31 + points);
+    ContextProjector p(32, 8, 32, 256);
+    {
+      torch::NoGradGuard no_grad;
+      p->temperature.copy_(torch::linspace(0.5, 1.5, 8).view({1, 1, 8, 1}));
+    }
+    p->to(torch::kCUDA);
+    const auto x = torch::tanh(torch::randn({1, points, 32}, torch::kCUDA));
+    const auto upstream = torch::randn({1, 8, 256, 32}, torch::kCUDA);
+    const auto run = [&](bool fused, bool bf16) {
+      p->fused = fused;
+      p->zero_grad();
+      auto xg = x.clone().requires_grad_(true);
+      std::map<std::string, torch::Tensor> g;
+      {
+        AutocastGuard autocast(x.device(), bf16);
+        g["tokens"] = p->forward(xg).to(torch::kFloat);
+      }
+      (g["tokens"] * upstream).sum().backward();
+      g["tokens"] = g["tokens"].detach();
+      g["x"] = xg.grad().to(torch::kFloat);
+      for (const auto& q : p->named_parameters()) g[q.key()] = q.value().grad().clone();
+      return g;
+    };
+    const auto ref = run(false, false), plain = run(false, true), fused = run(true, true);
+    {
+      AutocastGuard autocast(x.device(), true);
+      ASSERT_TRUE(p->uses_fused(autocast_input(x)));
+    }
+    for (const auto& [name, want] : ref) {
+      const double e_plain = relative_error(plain.at(name), want);
+      const double e_fused = relative_error(fused.at(name), want);
+      std::printf("context projector N=%ld %-22s plain bf16 %.2e fused %.2e\n",
+                  static_cast<long>(points), name.c_str(), e_plain, e_fused);
+      EXPECT_TRUE(torch::isfinite(fused.at(name)).all().item<bool>()) << name;
+      EXPECT_LE(e_fused, std::max(3 * e_plain, 2e-2)) << points << " " << name;
+    }
+  }
+}
+
 TEST(GeoTransolverCudaTest, ReproducesPhysicsNeMoOnTheGpuInFp32_CUDA) {
   SKIP_WITHOUT_CUDA();
   for (const char* name :

@@ -206,6 +206,36 @@ TEST(GeoTransolverTest, FusedGaleWithPaddedHeadsEqualsThePlainPath) {
   }
 }
 
+// The fused context projector (slice tokens alone) against the plain one in
+// fp64: the same tokens and gradients (x and every parameter).
+TEST(GeoTransolverTest, FusedContextProjectorEqualsThePlainPath) {
+  torch::manual_seed(4);
+  ContextProjector p(5, 2, 8, 16);
+  {
+    torch::NoGradGuard no_grad;
+    p->temperature.copy_(torch::tensor({0.6, 2.0}).view({1, 1, 2, 1}));
+  }
+  p->to(torch::kDouble);
+  const auto x = torch::randn({2, 70, 5}, torch::kDouble);
+  const auto upstream = torch::randn({2, 2, 16, 8}, torch::kDouble);
+  const auto run = [&](bool fused) {
+    p->force_fused = fused;
+    p->fused = fused;
+    p->zero_grad();
+    auto xg = x.clone().requires_grad_(true);
+    const auto tokens = p->forward(xg);
+    (tokens * upstream).sum().backward();
+    std::map<std::string, torch::Tensor> g{{"tokens", tokens.detach()}, {"x", xg.grad()}};
+    for (const auto& q : p->named_parameters()) g[q.key()] = q.value().grad().clone();
+    return g;
+  };
+  const auto plain = run(false);
+  const auto fused = run(true);
+  for (const auto& [name, want] : plain) {
+    EXPECT_LT(relative_error(fused.at(name), want), 1e-10) << name;
+  }
+}
+
 TEST(BallQueryTest, ReproducesPhysicsNeMosNeighboursExactly) {
   const auto f =
       read_safetensors(testing::fixtures_dir() + "/geotransolver_small_volume.safetensors");
