@@ -38,10 +38,17 @@ slice_ops::Weights save_weights(AutogradContext* ctx, const at::Tensor& x_mid,
 }
 
 // Through tokens = S / (sum_n w + eps), S = sum_n w fx, to the gradients of
-// S and of sum_n w.
-std::pair<at::Tensor, at::Tensor> token_grads(const at::Tensor& grad_tokens,
+// S, gs = g / denom, and of sum_n w, gnorm = -(g . tokens) / denom = -(gs .
+// tokens). The backward forms dL/dw[n] = fx[n] gs + gnorm = gs (fx[n] -
+// tokens): the two terms nearly cancel, and do so in bf16 on the kernels'
+// path only if gnorm is made of the same bf16-rounded gs the kernels read.
+std::pair<at::Tensor, at::Tensor> token_grads(const slice_ops::Weights& in,
+                                              const at::Tensor& grad_tokens,
                                               const at::Tensor& tokens, const at::Tensor& denom) {
-  return {grad_tokens / denom.unsqueeze(-1), -(grad_tokens * tokens).sum(-1) / denom};
+  auto gs = grad_tokens / denom.unsqueeze(-1);
+  if (slice_ops::kernels_apply(in.x, in.ws.size(0))) gs = gs.to(at::kBFloat16).to(gs.scalar_type());
+  auto gnorm = -(gs * tokens).sum(-1);
+  return {gs, gnorm};
 }
 
 // The slice weights' gradients as the function returns them: x_mid,
@@ -83,7 +90,7 @@ class SliceTokensFunction : public torch::autograd::Function<SliceTokensFunction
     const auto in = weights_of(x_mid, ctx);
     const auto tokens = ctx->saved_data["tokens"].toTensor();
     const auto [grad_sums, grad_norm] =
-        token_grads(grads[0], tokens, ctx->saved_data["denom"].toTensor());
+        token_grads(in, grads[0], tokens, ctx->saved_data["denom"].toTensor());
     // No deslice here: its term of dL/dw (gout os^T) is zero.
     const auto r =
         slice_ops::backward(in, ctx->saved_data["lse"].toTensor(), fx_mid, at::zeros_like(x_mid),
@@ -148,7 +155,7 @@ class SliceMixFunction : public torch::autograd::Function<SliceMixFunction> {
         torch::autograd::grad({mixed}, inputs, {grad_mixed.to(mixed.scalar_type())},
                               /*retain_graph=*/c10::nullopt, /*create_graph=*/false,
                               /*allow_unused=*/true);
-    const auto [grad_sums, grad_norm] = token_grads(mix_grads[0], tokens, denom);
+    const auto [grad_sums, grad_norm] = token_grads(in, mix_grads[0], tokens, denom);
     const auto r = slice_ops::backward(in, lse, fx_mid, gout, mixed.detach(), grad_sums, grad_norm);
     auto out = slice_weight_grads(r, in, temperature);
     out.insert(out.end(), mix_grads.begin() + 1, mix_grads.end());
