@@ -54,5 +54,11 @@ int main(int argc, char** argv) {
   const double together = time_ms([&] { ball_query_scales(points, points, scales); });
   std::printf("ball query, six scales from one search (what the model runs): %.2f ms per step\n",
               together);
+  for (int64_t per_cell : {2, 4, 8, 16, 32, 64}) {
+    const double ms =
+        time_ms([&] { ball_query_scales(points, points, scales, int64_t{1} << 28, per_cell); });
+    std::printf("ball query, six scales from one search, %lld points a cell: %.2f ms\n",
+                static_cast<long long>(per_cell), ms);
+  }
   return 0;
 }

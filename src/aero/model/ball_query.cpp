@@ -78,7 +78,8 @@ BallQueryResult within(const at::Tensor& points, const Nearest& nn, double radiu
 // The grid search (kernels/ball_query_kernels.h); every step stays on the
 // device.
 std::vector<BallQueryResult> grid_search(const at::Tensor& points, const at::Tensor& queries,
-                                         const std::vector<BallQueryScale>& scales) {
+                                         const std::vector<BallQueryScale>& scales,
+                                         int64_t points_per_cell) {
   namespace kq = ball_query_kernels;
   const c10::cuda::CUDAGuard guard(points.device());
   void* stream = at::cuda::getCurrentCUDAStream(points.get_device()).stream();
@@ -86,7 +87,8 @@ std::vector<BallQueryResult> grid_search(const at::Tensor& points, const at::Ten
   const int64_t b = p.size(0), n = p.size(1), m = q.size(1);
   const auto lo = p.amin(1).contiguous(), hi = p.amax(1).contiguous();
   // About K/8 points a cell: the 27 cells around a query hold ~3K.
-  const int64_t per_cell = std::max<int64_t>(1, largest_k(scales) / 8);
+  const int64_t per_cell =
+      points_per_cell > 0 ? points_per_cell : std::max<int64_t>(1, largest_k(scales) / 8);
   const kq::Grid grid{lo.data_ptr<float>(), hi.data_ptr<float>(),
                       std::max<int64_t>(1, n / per_cell)};
   const auto int32 = p.options().dtype(at::kInt);
@@ -148,14 +150,15 @@ bool uses_ball_query_kernel(const at::Tensor& points, const at::Tensor& queries,
 
 std::vector<BallQueryResult> ball_query_scales(const at::Tensor& points, const at::Tensor& queries,
                                                const std::vector<BallQueryScale>& scales,
-                                               int64_t max_elements) {
+                                               int64_t max_elements, int64_t points_per_cell) {
   check_inputs(points, queries, scales);
 #ifdef SLIPSTREAM_WITH_CUDA
   if (uses_ball_query_kernel(points, queries, largest_k(scales)) &&
       scales.size() <= static_cast<size_t>(ball_query_kernels::kMaxScales)) {
-    return grid_search(points, queries, scales);
+    return grid_search(points, queries, scales, points_per_cell);
   }
 #endif
+  (void)points_per_cell;  // the reference path has no grid
   const auto nn = nearest(points, queries, largest_k(scales), max_elements);
   std::vector<BallQueryResult> out;
   for (const auto& s : scales) out.push_back(within(points, nn, s.radius, s.k));

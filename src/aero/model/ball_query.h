@@ -46,8 +46,10 @@ struct BallQueryScale {
 };
 
 // One result per scale, in order. Every K <= N; at most 8 scales on CUDA.
+// points_per_cell sets the CUDA grid's density (0: max K / 8), for tuning.
 std::vector<BallQueryResult> ball_query_scales(const at::Tensor& points, const at::Tensor& queries,
                                                const std::vector<BallQueryScale>& scales,
-                                               int64_t max_elements = int64_t{1} << 28);
+                                               int64_t max_elements = int64_t{1} << 28,
+                                               int64_t points_per_cell = 0);
 
 }  // namespace slipstream::aero

@@ -2,7 +2,7 @@
 // bf16_layer_norm): bf16 in, bf16 out, fp32 statistics, weight and bias kept
 // in fp32, parameter gradients summed in fp32. On CUDA, for a bf16 input
 // whose width the kernels take (kernels/layer_norm_kernels.h: multiples of
-// 256 up to 1024) it is one autograd function over those kernels, which
+// 64 up to 1024) it is one autograd function over those kernels, which
 // keep the mean and 1/std per row for the backward. Anywhere else it is
 // layer_norm_in_autocast_dtype (numerics.h): the same in ATen ops, with
 // weight and bias rounded to bf16 under autocast, at::layer_norm otherwise.

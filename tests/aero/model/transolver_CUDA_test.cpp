@@ -81,7 +81,7 @@ TEST(ColumnSumCudaTest, MatchesFp64SumAndRepeatsBitwise_CUDA) {
 TEST(FusedLayerNormCudaTest, MatchesFp32LayerNormForwardAndBackward_CUDA) {
   SKIP_WITHOUT_CUDA();
   const auto opts = torch::TensorOptions().device(torch::kCUDA);
-  for (const int64_t width : {256, 512, 768, 1024}) {
+  for (const int64_t width : {256, 512, 768, 1024, 64, 192, 448, 960}) {
     for (const int64_t rows : {1, 3, 1001, 20000}) {
       torch::manual_seed(width + rows);
       const auto x = (torch::randn({1, rows, width}, opts) * 2 + 0.5).to(torch::kBFloat16);

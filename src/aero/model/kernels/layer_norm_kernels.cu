@@ -1,7 +1,9 @@
-// LayerNorm kernels: see layer_norm_kernels.h. A row of C = 256 V bf16 values
-// is V 16-byte pieces per lane: lane l holds columns v 256 + 8 l + e
-// (v < V, e < 8), so that every load and store is a whole 512-byte run per
-// warp. Each warp walks rows with a grid stride, two at a time.
+// LayerNorm kernels: see layer_norm_kernels.h. A row of C = 32 E V bf16
+// values is V pieces of E values per lane: lane l holds columns v 32 E + E l
+// + e (v < V, e < E), so that every load and store is a whole run of 32 E
+// values per warp. E is 8 (16-byte pieces) for widths that are multiples of
+// 256, else 2 (4-byte pieces: multiples of 64, GeoTransolver's 448). Each
+// warp walks rows with a grid stride, two at a time.
 #include "aero/model/kernels/launch.h"
 #include "aero/model/kernels/layer_norm_kernels.h"
 
@@ -23,19 +25,32 @@ __device__ inline float warp_sum(float v) {
   return v;
 }
 
-union Piece {
-  uint4 u;
-  __nv_bfloat162 h[4];
+// E bf16 values, loaded and stored as one piece.
+template <int E>
+struct Piece;
+template <>
+struct Piece<8> {
+  union {
+    uint4 u;
+    __nv_bfloat162 h[4];
+  };
+};
+template <>
+struct Piece<2> {
+  union {
+    uint32_t u;
+    __nv_bfloat162 h[1];
+  };
 };
 
-template <int V>
-__device__ inline void load_row(const bf16* row, int lane, float (&v)[V][8]) {
+template <int V, int E>
+__device__ inline void load_row(const bf16* row, int lane, float (&v)[V][E]) {
 #pragma unroll
   for (int i = 0; i < V; ++i) {
-    Piece p;
-    p.u = *reinterpret_cast<const uint4*>(row + i * 256 + lane * 8);
+    Piece<E> p;
+    p.u = *reinterpret_cast<const decltype(p.u)*>(row + i * 32 * E + lane * E);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
+    for (int e = 0; e < E / 2; ++e) {
       const float2 f = __bfloat1622float2(p.h[e]);
       v[i][2 * e] = f.x;
       v[i][2 * e + 1] = f.y;
@@ -43,45 +58,43 @@ __device__ inline void load_row(const bf16* row, int lane, float (&v)[V][8]) {
   }
 }
 
-template <int V>
-__device__ inline void store_row(bf16* row, int lane, const float (&v)[V][8]) {
+template <int V, int E>
+__device__ inline void store_row(bf16* row, int lane, const float (&v)[V][E]) {
 #pragma unroll
   for (int i = 0; i < V; ++i) {
-    Piece p;
+    Piece<E> p;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) p.h[e] = __floats2bfloat162_rn(v[i][2 * e], v[i][2 * e + 1]);
-    *reinterpret_cast<uint4*>(row + i * 256 + lane * 8) = p.u;
+    for (int e = 0; e < E / 2; ++e) p.h[e] = __floats2bfloat162_rn(v[i][2 * e], v[i][2 * e + 1]);
+    *reinterpret_cast<decltype(p.u)*>(row + i * 32 * E + lane * E) = p.u;
   }
 }
 
-template <int V>
-__device__ inline void load_params(const float* src, int lane, float (&v)[V][8]) {
+template <int V, int E>
+__device__ inline void load_params(const float* src, int lane, float (&v)[V][E]) {
 #pragma unroll
   for (int i = 0; i < V; ++i) {
-    const float4 a = *reinterpret_cast<const float4*>(src + i * 256 + lane * 8);
-    const float4 b = *reinterpret_cast<const float4*>(src + i * 256 + lane * 8 + 4);
-    v[i][0] = a.x, v[i][1] = a.y, v[i][2] = a.z, v[i][3] = a.w;
-    v[i][4] = b.x, v[i][5] = b.y, v[i][6] = b.z, v[i][7] = b.w;
+#pragma unroll
+    for (int e = 0; e < E; ++e) v[i][e] = src[i * 32 * E + lane * E + e];
   }
 }
 
-template <int V>
+template <int V, int E>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(const bf16* __restrict__ x, const float* __restrict__ gamma,
                    const float* __restrict__ beta, int64_t rows, float eps, bf16* __restrict__ y,
                    float* __restrict__ mean_out, float* __restrict__ rstd_out) {
-  constexpr int C = 256 * V;
+  constexpr int C = 32 * E * V;
   const int lane = threadIdx.x % 32;
   const int64_t warps = int64_t(gridDim.x) * kWarps;
-  float g[V][8], b[V][8];
-  load_params<V>(gamma, lane, g);
-  load_params<V>(beta, lane, b);
+  float g[V][E], b[V][E];
+  load_params<V, E>(gamma, lane, g);
+  load_params<V, E>(beta, lane, b);
   for (int64_t r0 = (int64_t(blockIdx.x) * kWarps + threadIdx.x / 32) * kRowsPerStep; r0 < rows;
        r0 += warps * kRowsPerStep) {
-    float v[kRowsPerStep][V][8];
+    float v[kRowsPerStep][V][E];
 #pragma unroll
     for (int k = 0; k < kRowsPerStep; ++k) {
-      if (r0 + k < rows) load_row<V>(x + (r0 + k) * C, lane, v[k]);
+      if (r0 + k < rows) load_row<V, E>(x + (r0 + k) * C, lane, v[k]);
     }
 #pragma unroll
     for (int k = 0; k < kRowsPerStep; ++k) {
@@ -90,13 +103,13 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int i = 0; i < V; ++i)
 #pragma unroll
-        for (int e = 0; e < 8; ++e) s += v[k][i][e];
+        for (int e = 0; e < E; ++e) s += v[k][i][e];
       const float mean = warp_sum(s) * (1.0f / C);
       float q = 0.0f;
 #pragma unroll
       for (int i = 0; i < V; ++i)
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
+        for (int e = 0; e < E; ++e) {
           v[k][i][e] -= mean;
           q += v[k][i][e] * v[k][i][e];
         }
@@ -104,8 +117,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int i = 0; i < V; ++i)
 #pragma unroll
-        for (int e = 0; e < 8; ++e) v[k][i][e] = v[k][i][e] * rstd * g[i][e] + b[i][e];
-      store_row<V>(y + (r0 + k) * C, lane, v[k]);
+        for (int e = 0; e < E; ++e) v[k][i][e] = v[k][i][e] * rstd * g[i][e] + b[i][e];
+      store_row<V, E>(y + (r0 + k) * C, lane, v[k]);
       if (lane == 0) {
         mean_out[r0 + k] = mean;
         rstd_out[r0 + k] = rstd;
@@ -116,28 +129,28 @@ __global__ void __launch_bounds__(kThreads)
 
 // The parameter gradients are summed per lane over the warp's rows, then
 // over the block's warps in shared memory, then added to global memory.
-template <int V>
+template <int V, int E>
 __global__ void __launch_bounds__(kThreads)
     backward_kernel(const bf16* __restrict__ gy, const bf16* __restrict__ x,
                     const float* __restrict__ mean_in, const float* __restrict__ rstd_in,
                     const float* __restrict__ gamma, int64_t rows, bf16* __restrict__ gx,
                     float* __restrict__ ggamma, float* __restrict__ gbeta) {
-  constexpr int C = 256 * V;
+  constexpr int C = 32 * E * V;
   __shared__ float red[kWarps][C];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t warps = int64_t(gridDim.x) * kWarps;
-  float g[V][8], dg[V][8] = {}, db[V][8] = {};
-  load_params<V>(gamma, lane, g);
+  float g[V][E], dg[V][E] = {}, db[V][E] = {};
+  load_params<V, E>(gamma, lane, g);
   for (int64_t r = int64_t(blockIdx.x) * kWarps + warp; r < rows; r += warps) {
-    float xv[V][8], gv[V][8];
-    load_row<V>(x + r * C, lane, xv);
-    load_row<V>(gy + r * C, lane, gv);
+    float xv[V][E], gv[V][E];
+    load_row<V, E>(x + r * C, lane, xv);
+    load_row<V, E>(gy + r * C, lane, gv);
     const float mean = mean_in[r], rstd = rstd_in[r];
     float a = 0.0f, c = 0.0f;
 #pragma unroll
     for (int i = 0; i < V; ++i)
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
+      for (int e = 0; e < E; ++e) {
         xv[i][e] = (xv[i][e] - mean) * rstd;  // xhat
         dg[i][e] += gv[i][e] * xv[i][e];
         db[i][e] += gv[i][e];
@@ -150,15 +163,15 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int i = 0; i < V; ++i)
 #pragma unroll
-      for (int e = 0; e < 8; ++e) gv[i][e] = rstd * (gv[i][e] - a - xv[i][e] * c);
-    store_row<V>(gx + r * C, lane, gv);
+      for (int e = 0; e < E; ++e) gv[i][e] = rstd * (gv[i][e] - a - xv[i][e] * c);
+    store_row<V, E>(gx + r * C, lane, gv);
   }
   for (int pass = 0; pass < 2; ++pass) {
     const auto& part = pass == 0 ? dg : db;
 #pragma unroll
     for (int i = 0; i < V; ++i)
 #pragma unroll
-      for (int e = 0; e < 8; ++e) red[warp][i * 256 + lane * 8 + e] = part[i][e];
+      for (int e = 0; e < E; ++e) red[warp][i * 32 * E + lane * E + e] = part[i][e];
     __syncthreads();
     for (int col = threadIdx.x; col < C; col += kThreads) {
       float s = 0.0f;
@@ -190,24 +203,24 @@ unsigned grid_for(Kernel kernel, int64_t rows, int rows_per_warp, int max_per_sm
   return static_cast<unsigned>(need < cap ? (need > 0 ? need : 1) : cap);
 }
 
-template <int V>
+template <int V, int E>
 void forward_v(const void* x, const float* gamma, const float* beta, int64_t rows, float eps,
                void* y, float* mean, float* rstd, cudaStream_t stream) {
-  const unsigned grid = grid_for(forward_kernel<V>, rows, kRowsPerStep, 8);
-  forward_kernel<V><<<grid, kThreads, 0, stream>>>(static_cast<const bf16*>(x), gamma, beta, rows,
-                                                   eps, static_cast<bf16*>(y), mean, rstd);
+  const unsigned grid = grid_for(forward_kernel<V, E>, rows, kRowsPerStep, 8);
+  forward_kernel<V, E><<<grid, kThreads, 0, stream>>>(static_cast<const bf16*>(x), gamma, beta,
+                                                      rows, eps, static_cast<bf16*>(y), mean, rstd);
   check_launch("forward");
 }
 
-template <int V>
+template <int V, int E>
 void backward_v(const void* gy, const void* x, const float* mean, const float* rstd,
                 const float* gamma, int64_t rows, void* gx, float* ggamma, float* gbeta,
                 cudaStream_t stream) {
   // At most 4 blocks a multiprocessor: each ends with C atomics per parameter.
-  const unsigned grid = grid_for(backward_kernel<V>, rows, 1, 4);
-  backward_kernel<V><<<grid, kThreads, 0, stream>>>(static_cast<const bf16*>(gy),
-                                                    static_cast<const bf16*>(x), mean, rstd, gamma,
-                                                    rows, static_cast<bf16*>(gx), ggamma, gbeta);
+  const unsigned grid = grid_for(backward_kernel<V, E>, rows, 1, 4);
+  backward_kernel<V, E><<<grid, kThreads, 0, stream>>>(
+      static_cast<const bf16*>(gy), static_cast<const bf16*>(x), mean, rstd, gamma, rows,
+      static_cast<bf16*>(gx), ggamma, gbeta);
   check_launch("backward");
 }
 
@@ -217,25 +230,86 @@ void check_width(int64_t width) {
   }
 }
 
+// Calls f.template run<V, E>() for the width's layout.
+template <typename F>
+void dispatch(int64_t width, F&& f) {
+  if (width % 256 == 0) {
+    switch (width / 256) {
+      case 1:
+        return f.template run<1, 8>();
+      case 2:
+        return f.template run<2, 8>();
+      case 3:
+        return f.template run<3, 8>();
+      default:
+        return f.template run<4, 8>();
+    }
+  }
+  switch (width / 64) {  // the odd multiples of 64 below 1024
+    case 1:
+      return f.template run<1, 2>();
+    case 2:
+      return f.template run<2, 2>();
+    case 3:
+      return f.template run<3, 2>();
+    case 5:
+      return f.template run<5, 2>();
+    case 6:
+      return f.template run<6, 2>();
+    case 7:
+      return f.template run<7, 2>();
+    case 9:
+      return f.template run<9, 2>();
+    case 10:
+      return f.template run<10, 2>();
+    case 11:
+      return f.template run<11, 2>();
+    case 13:
+      return f.template run<13, 2>();
+    case 14:
+      return f.template run<14, 2>();
+    default:
+      return f.template run<15, 2>();
+  }
+}
+
+struct Forward {
+  const void* x;
+  const float *gamma, *beta;
+  int64_t rows;
+  float eps;
+  void* y;
+  float *mean, *rstd;
+  cudaStream_t s;
+  template <int V, int E>
+  void run() const {
+    forward_v<V, E>(x, gamma, beta, rows, eps, y, mean, rstd, s);
+  }
+};
+
+struct Backward {
+  const void *gy, *x;
+  const float *mean, *rstd, *gamma;
+  int64_t rows;
+  void* gx;
+  float *ggamma, *gbeta;
+  cudaStream_t s;
+  template <int V, int E>
+  void run() const {
+    backward_v<V, E>(gy, x, mean, rstd, gamma, rows, gx, ggamma, gbeta, s);
+  }
+};
+
 }  // namespace
 
-bool supported(int64_t width) { return width > 0 && width % 256 == 0 && width <= 1024; }
+bool supported(int64_t width) { return width > 0 && width % 64 == 0 && width <= 1024; }
 
 void forward(const void* x, const float* gamma, const float* beta, int64_t rows, int64_t width,
              float eps, void* y, float* mean, float* rstd, void* stream) {
   check_width(width);
   if (rows == 0) return;
-  const auto s = static_cast<cudaStream_t>(stream);
-  switch (width / 256) {
-    case 1:
-      return forward_v<1>(x, gamma, beta, rows, eps, y, mean, rstd, s);
-    case 2:
-      return forward_v<2>(x, gamma, beta, rows, eps, y, mean, rstd, s);
-    case 3:
-      return forward_v<3>(x, gamma, beta, rows, eps, y, mean, rstd, s);
-    default:
-      return forward_v<4>(x, gamma, beta, rows, eps, y, mean, rstd, s);
-  }
+  dispatch(width,
+           Forward{x, gamma, beta, rows, eps, y, mean, rstd, static_cast<cudaStream_t>(stream)});
 }
 
 void backward(const void* gy, const void* x, const float* mean, const float* rstd,
@@ -243,17 +317,8 @@ void backward(const void* gy, const void* x, const float* mean, const float* rst
               float* gbeta, void* stream) {
   check_width(width);
   if (rows == 0) return;
-  const auto s = static_cast<cudaStream_t>(stream);
-  switch (width / 256) {
-    case 1:
-      return backward_v<1>(gy, x, mean, rstd, gamma, rows, gx, ggamma, gbeta, s);
-    case 2:
-      return backward_v<2>(gy, x, mean, rstd, gamma, rows, gx, ggamma, gbeta, s);
-    case 3:
-      return backward_v<3>(gy, x, mean, rstd, gamma, rows, gx, ggamma, gbeta, s);
-    default:
-      return backward_v<4>(gy, x, mean, rstd, gamma, rows, gx, ggamma, gbeta, s);
-  }
+  dispatch(width, Backward{gy, x, mean, rstd, gamma, rows, gx, ggamma, gbeta,
+                           static_cast<cudaStream_t>(stream)});
 }
 
 }  // namespace slipstream::aero::layer_norm_kernels

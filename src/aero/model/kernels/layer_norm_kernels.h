@@ -2,6 +2,8 @@
 // fp32 weight and bias, fp32 statistics and fp32 parameter gradients: the
 // LayerNorm of a bf16 residual stream under autocast without casting it to
 // fp32 and back. One warp per row; each lane holds width / 32 values.
+// Rows must be 16-byte aligned for widths that are multiples of 256, 4-byte
+// aligned otherwise.
 // Plain C++ interface (raw device pointers, cudaStream_t as void*), like
 // slice_kernels.h; fused_layer_norm.h wraps it for tensors.
 //
@@ -19,7 +21,7 @@
 
 namespace slipstream::aero::layer_norm_kernels {
 
-// Widths the kernels take: multiples of 256 up to 1024.
+// Widths the kernels take: multiples of 64 up to 1024.
 bool supported(int64_t width);
 
 void forward(const void* x, const float* gamma, const float* beta, int64_t rows, int64_t width,
