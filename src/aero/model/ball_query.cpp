@@ -86,9 +86,10 @@ std::vector<BallQueryResult> grid_search(const at::Tensor& points, const at::Ten
   const auto p = points.contiguous(), q = queries.contiguous();
   const int64_t b = p.size(0), n = p.size(1), m = q.size(1);
   const auto lo = p.amin(1).contiguous(), hi = p.amax(1).contiguous();
-  // About K/8 points a cell: the 27 cells around a query hold ~3K.
+  // Fine cells: on the H200 at 200k points and the volume config's scales
+  // (K up to 128) 2 points a cell took 22.4 ms, 16 took 29.1, 64 took 50.7.
   const int64_t per_cell =
-      points_per_cell > 0 ? points_per_cell : std::max<int64_t>(1, largest_k(scales) / 8);
+      points_per_cell > 0 ? points_per_cell : std::max<int64_t>(2, largest_k(scales) / 64);
   const kq::Grid grid{lo.data_ptr<float>(), hi.data_ptr<float>(),
                       std::max<int64_t>(1, n / per_cell)};
   const auto int32 = p.options().dtype(at::kInt);

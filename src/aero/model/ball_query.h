@@ -46,7 +46,8 @@ struct BallQueryScale {
 };
 
 // One result per scale, in order. Every K <= N; at most 8 scales on CUDA.
-// points_per_cell sets the CUDA grid's density (0: max K / 8), for tuning.
+// points_per_cell sets the CUDA grid's density (0: max(2, max K / 64)),
+// for tuning.
 std::vector<BallQueryResult> ball_query_scales(const at::Tensor& points, const at::Tensor& queries,
                                                const std::vector<BallQueryScale>& scales,
                                                int64_t max_elements = int64_t{1} << 28,
