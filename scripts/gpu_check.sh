@@ -13,7 +13,8 @@
 #   surface    bench transolver_surface at 200k cells and geotransolver_surface
 #              (SURFACE_GEO_CELLS), then a full-resolution inference of a 9M-cell
 #              synthetic surface (SURFACE_INFER_CELLS)
-#   exact      Transolver's exact chunked inference of a 2M- and a 20M-point volume
+#   exact      exact chunked inference of a 2M- and a 20M-point volume (EXACT_POINTS;
+#              EXACT_MODEL: transolver_volume or geotransolver_volume)
 #   mdlus      export a fine-tuned model as .mdlus; torch.load and the fixture's names check it
 #   train      3 epochs of the volume config, then TensorBoard's own reader on the logs
 #   recompute  bench at RECOMPUTE_POINTS x RECOMPUTE_MODES (training.recompute), and its sync audit
@@ -163,10 +164,11 @@ stage_surface() {
 }
 
 stage_exact() {
-  log "exact: Transolver chunked inference (two passes a layer) on a large synthetic volume"
+  local model=${EXACT_MODEL:-transolver_volume}
+  log "exact: $model chunked inference (two passes a layer) on a large synthetic volume"
   build-gpu/tests/transolver_test --gtest_filter='*Chunk*' 2>&1 | grep -E "OK|FAILED|largest" \
     | tee -a "$OUT/summary.txt"
-  $BIN train model=transolver_volume dataset=synthetic_volume dataset.num_train=2 \
+  $BIN train model=$model dataset=synthetic_volume dataset.num_train=2 \
     dataset.num_val=1 training.num_epochs=1 run_id=exact >"$OUT/exact_train.log" 2>&1 \
     || { log "exact train FAILED"; tail -20 "$OUT/exact_train.log"; return 1; }
   for points in ${EXACT_POINTS:-2000000 20000000}; do

@@ -7,6 +7,8 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+
 namespace slipstream::aero {
 
 namespace {
@@ -15,12 +17,17 @@ constexpr double kSliceNormEps = 1e-2;
 
 // Slice weights (B, N, H, S) and normalised slice tokens (B, H, S, D) of
 // the projections x_mid, fx_mid (B, N, H, D): physics attention's slicing.
+torch::Tensor slice_weights(const torch::nn::LinearImpl& in_project_slice,
+                            const torch::Tensor& temperature, const torch::Tensor& x_mid) {
+  const auto logits = linear(in_project_slice, x_mid);
+  return torch::softmax(logits / temperature.clamp(0.5, 5.0).to(logits.scalar_type()), -1);
+}
+
 std::pair<torch::Tensor, torch::Tensor> slice(const torch::nn::LinearImpl& in_project_slice,
                                               const torch::Tensor& temperature,
                                               const torch::Tensor& x_mid,
                                               const torch::Tensor& fx_mid) {
-  const auto logits = linear(in_project_slice, x_mid);
-  const auto w = torch::softmax(logits / temperature.clamp(0.5, 5.0).to(logits.scalar_type()), -1);
+  const auto w = slice_weights(in_project_slice, temperature, x_mid);
   const auto norm = w.sum(1) + kSliceNormEps;  // (B, H, S)
   // (B, H, S, N) x (B, H, N, D): the products PhysicsNeMo's code runs.
   const auto tokens =
@@ -28,7 +35,40 @@ std::pair<torch::Tensor, torch::Tensor> slice(const torch::nn::LinearImpl& in_pr
   return {w, tokens};
 }
 
+// Adds the slice sums of x_mid, fx_mid (B, n, H, D) to norm (B, H, S) and
+// token (B, H, S, D), fp32 (allocated on the first chunk).
+void accumulate_slices(const torch::nn::LinearImpl& in_project_slice,
+                       const torch::Tensor& temperature, const torch::Tensor& x_mid,
+                       const torch::Tensor& fx_mid, torch::Tensor& norm, torch::Tensor& token) {
+  const auto w = slice_weights(in_project_slice, temperature, x_mid).to(torch::kFloat);
+  if (!norm.defined()) {
+    norm = torch::zeros({w.size(0), w.size(2), w.size(3)}, w.options());
+    token = torch::zeros({w.size(0), w.size(2), w.size(3), fx_mid.size(3)}, w.options());
+  }
+  norm.add_(w.sum(1));
+  token.add_(torch::einsum("bnhs,bnhd->bhsd", {w, fx_mid.to(torch::kFloat)}));
+}
+
+torch::Tensor tokens_of(const torch::Tensor& norm, const torch::Tensor& token) {
+  return token / (norm + kSliceNormEps).unsqueeze(-1);
+}
+
+// Calls f(begin, length) for the chunks of n points.
+template <typename F>
+void for_chunks(int64_t n, int64_t chunk, F&& f) {
+  for (int64_t s = 0; s < n; s += chunk) f(s, std::min(chunk, n - s));
+}
+
 }  // namespace
+
+void ContextProjectorImpl::accumulate(const torch::Tensor& x_in, torch::Tensor& norm,
+                                      torch::Tensor& token) {
+  const auto x = autocast_input(x_in);
+  const int64_t b = x.size(0), n = x.size(1);
+  accumulate_slices(*in_project_slice, temperature,
+                    linear(*in_project_x, x).view({b, n, heads, dim_head}),
+                    linear(*in_project_fx, x).view({b, n, heads, dim_head}), norm, token);
+}
 
 ContextProjectorImpl::ContextProjectorImpl(int64_t dim, int64_t heads_, int64_t dim_head_,
                                            int64_t slices_, bool fused_attention)
@@ -189,13 +229,8 @@ torch::Tensor GaleAttentionImpl::mix_tokens(const torch::Tensor& tokens,
   return torch::gelu(linear(torch::cat({mixed, attended}, -1), mixing[0], mixing[1]));
 }
 
-torch::Tensor GaleAttentionImpl::forward(const torch::Tensor& x_in, const torch::Tensor& context) {
-  const auto x = autocast_input(x_in);
-  if (uses_fused(x)) return forward_fused(x, context);
-  const int64_t b = x.size(0), n = x.size(1);
-  const auto x_mid = linear(*in_project_x, x).view({b, n, heads, dim_head});
-  const auto fx_mid = linear(*in_project_fx, x).view({b, n, heads, dim_head});
-  const auto [w, tokens] = slice(*in_project_slice, temperature, x_mid, fx_mid);
+torch::Tensor GaleAttentionImpl::mix_with_parameters(const torch::Tensor& tokens,
+                                                     const torch::Tensor& context) {
   std::vector<torch::Tensor> cross, mixing;
   if (context.defined()) {
     cross = {cross_q->weight, cross_q->bias,   cross_k->weight,
@@ -207,9 +242,45 @@ torch::Tensor GaleAttentionImpl::forward(const torch::Tensor& x_in, const torch:
       mixing = {proj.weight, proj.bias};
     }
   }
-  const auto mixed = mix_tokens(tokens, context, qkv_project->weight, cross, mixing);
+  return mix_tokens(tokens, context, qkv_project->weight, cross, mixing);
+}
+
+torch::Tensor GaleAttentionImpl::deslice(const torch::Tensor& w, const torch::Tensor& mixed) {
+  const int64_t b = w.size(0), n = w.size(1);
   const auto y = torch::einsum("bnhs,bhsd->bnhd", {w, mixed.to(w.scalar_type())});
   return linear(*out_linear, y.reshape({b, n, heads * dim_head}));
+}
+
+torch::Tensor GaleAttentionImpl::forward(const torch::Tensor& x_in, const torch::Tensor& context) {
+  const auto x = autocast_input(x_in);
+  if (uses_fused(x)) return forward_fused(x, context);
+  const int64_t b = x.size(0), n = x.size(1);
+  const auto x_mid = linear(*in_project_x, x).view({b, n, heads, dim_head});
+  const auto fx_mid = linear(*in_project_fx, x).view({b, n, heads, dim_head});
+  const auto [w, tokens] = slice(*in_project_slice, temperature, x_mid, fx_mid);
+  return deslice(w, mix_with_parameters(tokens, context));
+}
+
+void GaleAttentionImpl::accumulate(const torch::Tensor& x_in, torch::Tensor& norm,
+                                   torch::Tensor& token) {
+  const auto x = autocast_input(x_in);
+  const int64_t b = x.size(0), n = x.size(1);
+  accumulate_slices(*in_project_slice, temperature,
+                    linear(*in_project_x, x).view({b, n, heads, dim_head}),
+                    linear(*in_project_fx, x).view({b, n, heads, dim_head}), norm, token);
+}
+
+torch::Tensor GaleAttentionImpl::slice_outputs(const torch::Tensor& norm,
+                                               const torch::Tensor& token,
+                                               const torch::Tensor& context) {
+  return mix_with_parameters(tokens_of(norm, token), context);
+}
+
+torch::Tensor GaleAttentionImpl::apply(const torch::Tensor& x_in, const torch::Tensor& mixed) {
+  const auto x = autocast_input(x_in);
+  const int64_t b = x.size(0), n = x.size(1);
+  const auto x_mid = linear(*in_project_x, x).view({b, n, heads, dim_head});
+  return deslice(slice_weights(*in_project_slice, temperature, x_mid), mixed);
 }
 
 namespace {
@@ -297,6 +368,21 @@ torch::Tensor GaleBlockImpl::forward(const torch::Tensor& x_in, const torch::Ten
   return ln_mlp1[1]->as<Mlp>()->forward(layer_norm(ln, x, bf16_layer_norm)) + x;
 }
 
+void GaleBlockImpl::forward_in_chunks(torch::Tensor& x, const torch::Tensor& context,
+                                      int64_t chunk) {
+  const auto& ln = *ln_mlp1[0]->as<torch::nn::LayerNorm>();
+  torch::Tensor norm, token;
+  for_chunks(x.size(1), chunk, [&](int64_t s, int64_t len) {
+    Attn->accumulate(layer_norm(*ln_1, x.narrow(1, s, len), bf16_layer_norm), norm, token);
+  });
+  const auto mixed = Attn->slice_outputs(norm, token, context);
+  for_chunks(x.size(1), chunk, [&](int64_t s, int64_t len) {
+    auto xc = x.narrow(1, s, len);
+    auto y = Attn->apply(layer_norm(*ln_1, xc, bf16_layer_norm), mixed) + xc;
+    xc.copy_(ln_mlp1[1]->as<Mlp>()->forward(layer_norm(ln, y, bf16_layer_norm)) + y);
+  });
+}
+
 GeoTransolverImpl::GeoTransolverImpl(GeoTransolverOptions o) : options_(std::move(o)) {
   const auto& op = options_;
   TORCH_CHECK(op.n_layers >= 1 && op.n_head >= 1 && op.n_hidden % op.n_head == 0,
@@ -340,6 +426,87 @@ torch::Tensor GeoTransolverImpl::forward(const torch::Tensor& local_embedding,
   const auto& out = *ln_mlp_out[0]->as<torch::nn::Sequential>();
   return linear(*out[1]->as<torch::nn::Linear>(),
                 layer_norm(*out[0]->as<torch::nn::LayerNorm>(), x, options_.bf16_layer_norm));
+}
+
+torch::Tensor GeoTransolverImpl::forward_in_chunks(const ModelInputs& inputs, int64_t chunk) {
+  TORCH_CHECK(chunk > 0, "model: chunk must be > 0");
+  torch::NoGradGuard no_grad;
+  const auto& local_embedding = input(inputs, "local_embedding");
+  const auto& geometry = input(inputs, "geometry");
+  const auto& local_positions = input(inputs, "local_positions");
+  TORCH_CHECK(local_embedding.dim() == 3 && local_embedding.size(-1) == options_.functional_dim,
+              "model: GeoTransolver expects local_embedding (B, N, ", options_.functional_dim,
+              "), got ", local_embedding.sizes());
+  const int64_t n = local_embedding.size(1), hidden = options_.n_hidden;
+  const int64_t width = blocks[0]->as<GaleBlock>()->ln_1->options.normalized_shape()[0];
+  auto& builder = *context_builder;
+  torch::Tensor x;  // (B, N, width): the hidden state of every point, one block at a time
+  for_chunks(n, chunk, [&](int64_t s, int64_t len) {
+    const auto h = preprocess[0]->as<Mlp>()->forward(local_embedding.narrow(1, s, len));
+    if (!x.defined()) x = torch::empty({h.size(0), n, width}, h.options());
+    x.narrow(1, s, len).narrow(2, 0, hidden).copy_(h);
+  });
+  // The context: every projector's slice sums over all chunks. Each chunk's
+  // neighbours are searched among all points, so its local features are
+  // those of the whole forward.
+  std::vector<torch::Tensor> parts;
+  if (!builder.local_extractors.is_empty()) {
+    auto& extractor = *builder.local_extractors[0]->as<MultiScaleFeatureExtractor>();
+    std::vector<BallQueryScale> scales;
+    for (size_t i = 0; i < options_.radii.size(); ++i) {
+      scales.push_back({options_.radii[i], options_.neighbors_in_radius[i]});
+    }
+    const int64_t local = options_.n_hidden_local;
+    const bool same = geometry.is_same(local_positions);
+    std::vector<torch::Tensor> norms(scales.size()), tokens(scales.size());
+    for_chunks(geometry.size(1), chunk, [&](int64_t s, int64_t len) {
+      const auto nn = ball_query_scales(local_positions, geometry.narrow(1, s, len), scales);
+      for (size_t i = 0; i < scales.size(); ++i) {
+        const auto f =
+            extractor.processors[i]->as<GeometricFeatureProcessor>()->forward(nn[i].neighbors);
+        extractor.tokenizers[i]->as<ContextProjector>()->accumulate(f, norms[i], tokens[i]);
+        if (same) x.narrow(1, s, len).narrow(2, hidden + i * local, local).copy_(f);
+      }
+    });
+    if (!same) {
+      for_chunks(n, chunk, [&](int64_t s, int64_t len) {
+        const auto nn = ball_query_scales(geometry, local_positions.narrow(1, s, len), scales);
+        for (size_t i = 0; i < scales.size(); ++i) {
+          x.narrow(1, s, len)
+              .narrow(2, hidden + i * local, local)
+              .copy_(extractor.processors[i]->as<GeometricFeatureProcessor>()->forward(
+                  nn[i].neighbors));
+        }
+      });
+    }
+    for (size_t i = 0; i < scales.size(); ++i) parts.push_back(tokens_of(norms[i], tokens[i]));
+  }
+  if (!builder.geometry_tokenizer.is_empty()) {
+    torch::Tensor norm, token;
+    for_chunks(geometry.size(1), chunk, [&](int64_t s, int64_t len) {
+      builder.geometry_tokenizer->accumulate(geometry.narrow(1, s, len), norm, token);
+    });
+    parts.push_back(tokens_of(norm, token));
+  }
+  if (!builder.global_tokenizer.is_empty()) {
+    parts.push_back(builder.global_tokenizer->forward(input(inputs, "global_embedding")));
+  }
+  torch::Tensor context;
+  if (!parts.empty()) {
+    for (auto& p : parts) p = p.to(torch::kFloat);
+    context = torch::cat(parts, -1);
+  }
+  for (const auto& block : *blocks) block->as<GaleBlock>()->forward_in_chunks(x, context, chunk);
+  const auto& head = *ln_mlp_out[0]->as<torch::nn::Sequential>();
+  torch::Tensor out;
+  for_chunks(n, chunk, [&](int64_t s, int64_t len) {
+    const auto y = linear(*head[1]->as<torch::nn::Linear>(),
+                          layer_norm(*head[0]->as<torch::nn::LayerNorm>(), x.narrow(1, s, len),
+                                     options_.bf16_layer_norm));
+    if (!out.defined()) out = torch::empty({x.size(0), n, y.size(-1)}, y.options());
+    out.narrow(1, s, len).copy_(y);
+  });
+  return out;
 }
 
 torch::Tensor GeoTransolverImpl::forward(const ModelInputs& inputs) {

@@ -77,6 +77,9 @@ class ContextProjectorImpl : public torch::nn::Module {
                        bool fused_attention = true);
   torch::Tensor forward(const torch::Tensor& x);
   bool uses_fused(const torch::Tensor& x) const;
+  // forward in chunks: adds a chunk's slice sums (norm (B, H, S), token (B,
+  // H, S, dh), fp32) over its points; the tokens are token / (norm + eps).
+  void accumulate(const torch::Tensor& x, torch::Tensor& norm, torch::Tensor& token);
 
   int64_t heads, dim_head, slices;
   bool fused, force_fused = false;
@@ -135,6 +138,13 @@ class GaleAttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& context);
   // Whether forward takes the fused path for this (autocast-cast) input.
   bool uses_fused(const torch::Tensor& x) const;
+  // forward over all points in chunks, in two passes (plain LibTorch, no
+  // grad), as PhysicsAttentionImpl's: accumulate a chunk's slice sums, mix
+  // the totals' tokens with the context, apply the mix to each chunk.
+  void accumulate(const torch::Tensor& x, torch::Tensor& norm, torch::Tensor& token);
+  torch::Tensor slice_outputs(const torch::Tensor& norm, const torch::Tensor& token,
+                              const torch::Tensor& context);
+  torch::Tensor apply(const torch::Tensor& x, const torch::Tensor& mixed);
 
   int64_t heads, dim_head, slices;
   bool weighted, fused, force_fused = false;
@@ -146,6 +156,9 @@ class GaleAttentionImpl : public torch::nn::Module {
 
  private:
   torch::Tensor forward_fused(const torch::Tensor& x, const torch::Tensor& context);
+  torch::Tensor mix_with_parameters(const torch::Tensor& tokens, const torch::Tensor& context);
+  // w (B, N, H, S) and the mixed tokens back to the points, out_linear.
+  torch::Tensor deslice(const torch::Tensor& w, const torch::Tensor& mixed);
   // The self- and cross-attention among the slice tokens and their mix.
   torch::Tensor mix_tokens(const torch::Tensor& tokens, const torch::Tensor& context,
                            const torch::Tensor& qkv_weight, const std::vector<torch::Tensor>& cross,
@@ -157,6 +170,8 @@ class GaleBlockImpl : public torch::nn::Module {
  public:
   GaleBlockImpl(int64_t width, const GeoTransolverOptions& o, int64_t context_dim);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& context);
+  // forward over x (B, N, E) in chunks of `chunk` points, x updated in place.
+  void forward_in_chunks(torch::Tensor& x, const torch::Tensor& context, int64_t chunk);
 
   bool bf16_layer_norm;
   torch::nn::LayerNorm ln_1{nullptr};
@@ -173,6 +188,11 @@ class GeoTransolverImpl : public Model {
                         const torch::Tensor& local_positions,
                         const torch::Tensor& global_embedding);
   torch::Tensor forward(const ModelInputs& inputs) override;
+  // Exact in chunks: the context projectors and GALE see every point only
+  // through slice sums (taken over all chunks first), and each chunk's
+  // neighbours are searched among all points.
+  bool exact_in_chunks() const override { return true; }
+  torch::Tensor forward_in_chunks(const ModelInputs& inputs, int64_t chunk) override;
   std::vector<std::string> input_names() const override {
     return {"global_embedding", "geometry", "local_embedding", "local_positions"};
   }
