@@ -1,5 +1,7 @@
 #include "aero/data/loader.h"
 
+#include "aero/model/domain_parallel.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -68,6 +70,24 @@ Batch make_host_batch(const Sample& s, const LoaderOptions& o, uint64_t generato
   b.target = torch::cat(targets, 1).unsqueeze(0).contiguous();
   if (!o.weight_field.empty()) {
     b.weights = point.at(o.weight_field).reshape({-1}).unsqueeze(0).contiguous();
+  }
+  if (o.domain_size > 1) {
+    // This rank's shard of every per-point tensor (B, N, .); a global
+    // input (1, 1, C) stays whole, and inputs that share one stay shared.
+    const int64_t n_points = b.target.size(1);
+    const auto shard = point_shard(n_points, o.domain_rank, o.domain_size);
+    auto narrow = [&](const torch::Tensor& t) {
+      return t.narrow(1, shard.begin, shard.count).contiguous();
+    };
+    std::map<const void*, torch::Tensor> sharded;
+    for (auto& [name, t] : b.inputs) {
+      if (t.size(1) != n_points) continue;
+      auto& c = sharded[t.unsafeGetTensorImpl()];
+      if (!c.defined()) c = narrow(t);
+      t = c;
+    }
+    b.target = narrow(b.target);
+    if (b.weights.defined()) b.weights = narrow(b.weights);
   }
   return b;
 }

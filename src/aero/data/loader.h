@@ -45,6 +45,10 @@ struct LoaderOptions {
   std::string weight_field;  // "volume" or "area" to weight the loss by it; empty: none
   TransformOptions transforms;
   bool augment = false;  // random rotation/translation (train only)
+  // Domain parallelism: keep shard domain_rank of domain_size of the step's
+  // points (after the subsample and the transforms, which every rank of the
+  // group draws alike: their seed is the sample's, not the rank's).
+  int domain_rank = 0, domain_size = 1;
 };
 
 struct Batch {
@@ -62,8 +66,8 @@ std::vector<size_t> epoch_order(size_t n, int64_t epoch, uint64_t seed, bool shu
                                 int world_size, bool drop_last);
 
 // Builds a batch on the host from a sample: subsample (with
-// `generator_seed`), then the transforms. sampling_resolution <= 0 keeps
-// every point in order.
+// `generator_seed`), then the transforms, then this rank's shard of the
+// points. sampling_resolution <= 0 keeps every point in order.
 Batch make_host_batch(const Sample& sample, const LoaderOptions& options, uint64_t generator_seed);
 
 // Undoes the target transforms on a (N, C) prediction in the schema's

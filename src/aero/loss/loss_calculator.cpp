@@ -1,5 +1,7 @@
 #include "aero/loss/loss_calculator.h"
 
+#include "aero/model/domain_parallel.h"
+
 #include <torch/torch.h>
 
 #include <array>
@@ -120,7 +122,7 @@ LossResult LossCalculator::compute(const torch::Tensor& prediction_in,
     auto huber = torch::where(abs_d < 1.0, 0.5 * sq_d, abs_d - 0.5);
     rows.push_back(wsum_of(huber));
   }
-  auto sums = torch::stack(rows);  // (R, C)
+  auto sums = domain_sum(torch::stack(rows), options_.domain_group);  // (R, C)
   auto ssd = sums[2], sst = sums[3], wsum = sums[4];
   torch::Tensor per_channel_loss;
   if (options_.type == "huber")
@@ -129,7 +131,8 @@ LossResult LossCalculator::compute(const torch::Tensor& prediction_in,
     per_channel_loss = ssd / wsum;
   else
     per_channel_loss = ssd / sst;  // relative mse: mse / mean(t^2)
-  torch::Tensor counts = mask.defined() ? mask.sum(0) : torch::Tensor();
+  torch::Tensor counts =
+      mask.defined() ? domain_sum(mask.sum(0), options_.domain_group) : torch::Tensor();
 
   LossResult out;
   std::vector<torch::Tensor> field_losses;

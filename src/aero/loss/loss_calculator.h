@@ -13,6 +13,7 @@
 #pragma once
 
 #include "aero/fields/field_schema.h"
+#include "core/distributed/communicator.h"
 #include "core/readback/step_scalars.h"
 
 #include <torch/types.h>
@@ -29,6 +30,12 @@ struct LossOptions {
   bool mask_nonfinite = false;
   FieldSchema fields = default_volume_fields();  // channels and loss weights
   std::vector<std::string> metrics = {"l1", "l2", "mae"};
+  // Domain parallelism: each rank holds a shard of the sample's points; the
+  // per-channel sums (and finite counts) are summed over this group
+  // (domain_sum, so their gradients are too) before any ratio, and every
+  // rank gets the whole sample's loss and metrics. Null: the points here
+  // are the whole sample.
+  Communicator* domain_group = nullptr;
 };
 
 struct LossResult {

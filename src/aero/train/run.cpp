@@ -263,6 +263,14 @@ std::unique_ptr<Run> build_run(const Config& config, const DistributedEnv& env) 
   const TrainSettings& s = run->spec.settings;
   run->device = resolve_device(s.device, env.local_rank);
   run->precision = decide_precision(s.precision, run->device);
+  // Checked before the process group exists, on every rank alike.
+  const int64_t domain = s.domain_parallel;
+  const int64_t world = std::max(1, env.world_size);
+  TORCH_CHECK(world % domain == 0, "config: 'distributed.domain_parallel' (", domain,
+              ") must divide the world size (", world, ")");
+  TORCH_CHECK(domain == 1 || domain == world,
+              "config: 'distributed.domain_parallel' must be 1 or the world size (", world,
+              ") for now: data x domain subgroups are not built yet, got ", domain);
   ProcessGroupOptions pg;
   pg.timeout = std::chrono::seconds(s.distributed_timeout_s);
   run->comm = init_process_group(env, run->device, pg);
@@ -270,15 +278,20 @@ std::unique_ptr<Run> build_run(const Config& config, const DistributedEnv& env) 
     run->rank = run->comm->rank();
     run->world_size = run->comm->world_size();
   }
+  run->domain_size = static_cast<int>(domain);
+  if (domain > 1) run->domain_group = run->comm.get();
   // Data first: a missing or broken dataset fails before anything is written.
   run->data = open_datasets(run->spec);
-  TORCH_CHECK(run->data.train->size() >= static_cast<size_t>(run->world_size),
-              "dataset: ", run->data.train->size(), " train samples cannot feed ", run->world_size,
-              " ranks");
+  TORCH_CHECK(run->data.train->size() >= static_cast<size_t>(run->data_world()),
+              "dataset: ", run->data.train->size(), " train samples cannot feed ",
+              run->data_world(), " data-parallel ranks");
   run->loader = loader_options(run->spec, run->device);
+  run->loader.domain_rank = run->rank % run->domain_size;
+  run->loader.domain_size = run->domain_size;
   run->shape = model_shape(run->spec, run->data.train->layout());
   run->model = build_initial_model(config, run->shape, s.seed);
   run->model->set_recompute(s.recompute);
+  run->model->set_domain_group(run->domain_group);
   config.check_known_keys();  // every key was read by something, before any work
   run->model->to(run->device);
   if (run->world_size > 1) {
@@ -299,6 +312,7 @@ std::unique_ptr<Run> build_run(const Config& config, const DistributedEnv& env) 
   lo.mask_nonfinite = s.mask_nonfinite;
   lo.fields = run->spec.fields;
   lo.metrics = s.metrics;
+  lo.domain_group = run->domain_group;
   run->loss = std::make_unique<LossCalculator>(lo);
   return run;
 }
@@ -322,13 +336,14 @@ nlohmann::json Run::dataset_record() const {
   nlohmann::json targets = nlohmann::json::object();
   for (const auto& f : spec.fields.fields()) targets[f.name] = to_string(f.type);
   auto per_rank = [&](size_t n, bool drop_last) {
-    return epoch_order(n, 0, 0, false, 0, world_size, drop_last).size();
+    return epoch_order(n, 0, 0, false, 0, data_world(), drop_last).size();
   };
   return {{"train_samples", per_rank(data.train->size(), true)},
           {"val_samples", per_rank(data.val->size(), false)},
           {"dataset_size", data.train->size() + data.val->size()},
           {"targets", targets},
           {"world_size", world_size},
+          {"domain_parallel", domain_size},
           {"train", data.train->describe()},
           {"val", data.val->describe()}};
 }

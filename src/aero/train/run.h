@@ -79,6 +79,14 @@ struct Run {
   DistributedEnv env;
   std::unique_ptr<Communicator> comm;  // null for a world of one
   int rank = 0, world_size = 1;
+  // distributed.domain_parallel: each sample's points are sharded over
+  // domain_size ranks (rank % domain_size is the shard), whose communicator
+  // the model and the loss sum over; the samples are dealt to the
+  // world_size / domain_size data ranks (rank / domain_size).
+  int domain_size = 1;
+  Communicator* domain_group = nullptr;  // comm when domain_size > 1
+  int data_rank() const { return rank / domain_size; }
+  int data_world() const { return world_size / domain_size; }
   c10::Device device{c10::kCPU};
   Precision precision = Precision::kFp32;
   DatasetSplits data;

@@ -233,6 +233,8 @@ TrainSettings resolve_settings(const Config& c) {
   s.tensorboard = c.get<bool>("logging.tensorboard");
   s.distributed_timeout_s = c.get<int64_t>("distributed.timeout_s");
   check_positive("distributed.timeout_s", static_cast<double>(s.distributed_timeout_s));
+  s.domain_parallel = c.get<int64_t>("distributed.domain_parallel");
+  check_positive("distributed.domain_parallel", static_cast<double>(s.domain_parallel));
 
   const auto dataset_name = c.get<std::string>("dataset.name");
   check_one_of("dataset.name", dataset_name, {"synthetic", "prepared", "pdmsh"});

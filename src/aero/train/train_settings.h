@@ -61,6 +61,9 @@ struct TrainSettings {
   int console_every_n_steps = 1;
   bool tensorboard = true;
   int64_t distributed_timeout_s = 180;
+  // Ranks that share each sample, its points sharded over them
+  // (domain_parallel.h); 1: data parallelism alone.
+  int64_t domain_parallel = 1;
 
   // Dataset: its source (an empty path: synthetic in memory) and the
   // manifest's splits the run trains and validates on (the recipe's

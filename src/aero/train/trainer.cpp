@@ -77,8 +77,8 @@ EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
   const c10::Device device = run_.device;
   Model& model = *run_.model;
   model.train();
-  const auto order = epoch_order(run_.data.train->size(), epoch, s.seed, s.shuffle, run_.rank,
-                                 run_.world_size, /*drop_last=*/true);
+  const auto order = epoch_order(run_.data.train->size(), epoch, s.seed, s.shuffle,
+                                 run_.data_rank(), run_.data_world(), /*drop_last=*/true);
   const int64_t steps =
       s.steps_per_epoch > 0 ? s.steps_per_epoch : static_cast<int64_t>(order.size());
   // A resumed epoch takes the samples it had left, each with its own seed.
@@ -171,8 +171,8 @@ EpochResult Trainer::val_epoch(int64_t epoch) {
   Model& model = *run_.model;
   model.eval();
   torch::NoGradGuard no_grad;
-  const auto order = epoch_order(run_.data.val->size(), epoch, s.seed, /*shuffle=*/false, run_.rank,
-                                 run_.world_size, /*drop_last=*/false);
+  const auto order = epoch_order(run_.data.val->size(), epoch, s.seed, /*shuffle=*/false,
+                                 run_.data_rank(), run_.data_world(), /*drop_last=*/false);
   const int64_t steps = static_cast<int64_t>(order.size());
   // The same points every epoch, so that val losses compare across epochs.
   PrefetchLoader loader(run_.data.val, order, run_.loader, /*epoch=*/0);

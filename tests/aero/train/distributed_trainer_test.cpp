@@ -18,9 +18,14 @@
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
 
 namespace slipstream::aero {
 namespace {
@@ -136,6 +141,80 @@ TEST(DistributedTest, TwoRankTrainingKeepsParametersBitwiseEqualAndRank0Logs) {
       }
       EXPECT_EQ(expect, 8);  // once each, written by rank 0 alone
     }
+  });
+}
+
+// The train_step records' values by key, in step order.
+std::vector<std::map<std::string, double>> train_steps(const std::string& jsonl) {
+  std::vector<std::map<std::string, double>> steps;
+  for (const auto& line : testing::read_lines(jsonl)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j["phase"] != "train_step") continue;
+    std::map<std::string, double> values;
+    for (const auto& [key, v] : j.items()) {
+      if (v.is_number_float()) values[key] = v.get<double>();
+    }
+    steps.push_back(values);
+  }
+  return steps;
+}
+
+// distributed.domain_parallel=2 on 2 ranks: both take every sample, each a
+// half of its points, and the run is the one-process run on whole samples:
+// the first step's loss and metrics to fp32 round-off, the later steps to
+// AdamW's amplification of it (its first update is lr * sign(g)).
+TEST(DistributedTest, DomainParallelTrainingIsTheOneProcessRunOnWholeSamples) {
+  if (!has_gloo_backend()) GTEST_SKIP() << "no Gloo in this build";
+  on_two_ranks([](const std::string& out, const DistributedEnv& env) {
+    auto overrides = tiny_run(out);
+    overrides.push_back("training.num_epochs=1");
+    overrides.push_back("distributed.domain_parallel=2");
+    auto run = build_run(testing::load_config(overrides), env);
+    ASSERT_EQ(run->domain_size, 2);
+    ASSERT_EQ(run->data_world(), 1);
+    Trainer(*run).fit();
+    run->comm->barrier();
+    if (env.rank != 0) return;
+    auto single = tiny_run(out);
+    single.push_back("training.num_epochs=1");
+    single.push_back("run_id=whole");
+    auto reference = build_run(testing::load_config(single), DistributedEnv{});
+    Trainer(*reference).fit();
+    const auto sharded = train_steps(out + "/d/metrics.jsonl");
+    const auto whole = train_steps(out + "/whole/metrics.jsonl");
+    ASSERT_EQ(sharded.size(), 8u);  // every sample on both ranks
+    ASSERT_EQ(whole.size(), sharded.size());
+    int64_t compared = 0;
+    for (size_t i = 0; i < whole.size(); ++i) {
+      for (const auto& [key, want] : whole[i]) {
+        if (key == "lr" || key == "step_time_s" || key == "mem_gb") continue;
+        ASSERT_TRUE(sharded[i].count(key)) << key;
+        const double rel = std::abs(sharded[i].at(key) - want) / std::max(std::abs(want), 1e-12);
+        EXPECT_LT(rel, i == 0 ? 1e-5 : 2e-3) << "step " << i << " " << key;
+        ++compared;
+      }
+    }
+    EXPECT_GT(compared, 8 * 10);
+  });
+}
+
+TEST(DistributedTest, ADomainParallelThatDoesNotFitIsAClearError) {
+  if (!has_gloo_backend()) GTEST_SKIP() << "no Gloo in this build";
+  on_two_ranks([](const std::string& out, const DistributedEnv& env) {
+    for (const char* d : {"3", "4"}) {
+      auto overrides = tiny_run(out);
+      overrides.push_back(std::string("distributed.domain_parallel=") + d);
+      const auto msg =
+          testing::error_message_of([&] { build_run(testing::load_config(overrides), env); });
+      EXPECT_NE(msg.find("distributed.domain_parallel"), std::string::npos) << msg;
+    }
+    // GeoTransolver cannot shard a sample yet: it says so before any step.
+    auto geo = tiny_run(out);
+    geo.erase(geo.begin(), geo.begin() + 4);  // the Transolver sizes
+    geo.push_back("model=geotransolver_small");
+    geo.push_back("distributed.domain_parallel=2");
+    const auto msg = testing::error_message_of([&] { build_run(testing::load_config(geo), env); });
+    EXPECT_NE(msg.find("GeoTransolver"), std::string::npos) << msg;
   });
 }
 
