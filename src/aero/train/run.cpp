@@ -268,9 +268,6 @@ std::unique_ptr<Run> build_run(const Config& config, const DistributedEnv& env) 
   const int64_t world = std::max(1, env.world_size);
   TORCH_CHECK(world % domain == 0, "config: 'distributed.domain_parallel' (", domain,
               ") must divide the world size (", world, ")");
-  TORCH_CHECK(domain == 1 || domain == world,
-              "config: 'distributed.domain_parallel' must be 1 or the world size (", world,
-              ") for now: data x domain subgroups are not built yet, got ", domain);
   ProcessGroupOptions pg;
   pg.timeout = std::chrono::seconds(s.distributed_timeout_s);
   run->comm = init_process_group(env, run->device, pg);
@@ -279,7 +276,14 @@ std::unique_ptr<Run> build_run(const Config& config, const DistributedEnv& env) 
     run->world_size = run->comm->world_size();
   }
   run->domain_size = static_cast<int>(domain);
-  if (domain > 1) run->domain_group = run->comm.get();
+  if (domain == run->world_size && domain > 1) {
+    run->domain_group = run->comm.get();
+  } else if (domain > 1) {  // data x domain: the domain groups are runs of D ranks
+    std::vector<int> members;
+    for (int r = 0; r < domain; ++r) members.push_back(run->data_rank() * run->domain_size + r);
+    run->domain_comm = run->comm->subgroup(members);
+    run->domain_group = run->domain_comm.get();
+  }
   // Data first: a missing or broken dataset fails before anything is written.
   run->data = open_datasets(run->spec);
   TORCH_CHECK(run->data.train->size() >= static_cast<size_t>(run->data_world()),

@@ -84,7 +84,8 @@ struct Run {
   // the model and the loss sum over; the samples are dealt to the
   // world_size / domain_size data ranks (rank / domain_size).
   int domain_size = 1;
-  Communicator* domain_group = nullptr;  // comm when domain_size > 1
+  Communicator* domain_group = nullptr;       // comm, or domain_comm, when domain_size > 1
+  std::unique_ptr<Communicator> domain_comm;  // this rank's domain group when 1 < D < world
   int data_rank() const { return rank / domain_size; }
   int data_world() const { return world_size / domain_size; }
   c10::Device device{c10::kCPU};

@@ -12,9 +12,11 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace slipstream {
 
@@ -50,6 +52,15 @@ class Communicator {
   // waiting a few seconds for a dead rank's heartbeat to go stale. Empty
   // when nothing is known of the others. Never throws.
   virtual std::string diagnose_failure(const std::string& what) { return {}; }
+
+  // A communicator over `ranks` (ranks of this one, increasing, this rank
+  // among them), in which this rank is its index there. Every rank of the
+  // subgroup must call it, with the same list; the others do not. A
+  // communicator that cannot make one says so.
+  virtual std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks) {
+    TORCH_CHECK(false, "distributed: the ", backend_name(), " communicator cannot make subgroups");
+    return nullptr;  // not reached
+  }
 };
 
 }  // namespace slipstream

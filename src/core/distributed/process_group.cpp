@@ -19,6 +19,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -232,14 +233,37 @@ class RankHealth {
 template <class Backend>
 class C10dCommunicator final : public Communicator {
  public:
-  C10dCommunicator(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<Backend> backend,
-                   int rank, int world, std::string name, std::unique_ptr<RankHealth> health)
+  // Makes the backend over a store, for a rank of a world (the first one
+  // and every subgroup's).
+  using Factory = std::function<c10::intrusive_ptr<Backend>(const c10::intrusive_ptr<c10d::Store>&,
+                                                            int rank, int world)>;
+
+  C10dCommunicator(c10::intrusive_ptr<c10d::Store> store, Factory factory, int rank, int world,
+                   std::string name, std::unique_ptr<RankHealth> health,
+                   const std::string& prefix = "slipstream")
       : store_(std::move(store)),
-        backend_(std::move(backend)),
+        factory_(std::move(factory)),
+        backend_(factory_(c10::make_intrusive<c10d::PrefixStore>(prefix, store_), rank, world)),
         rank_(rank),
         world_(world),
         name_(std::move(name)),
+        prefix_(prefix),
         health_(std::move(health)) {}
+
+  std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks) override {
+    TORCH_CHECK(!ranks.empty() && std::is_sorted(ranks.begin(), ranks.end()) &&
+                    std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end() &&
+                    ranks.front() >= 0 && ranks.back() < world_,
+                "distributed: a subgroup needs distinct increasing ranks of 0..", world_ - 1);
+    const auto it = std::find(ranks.begin(), ranks.end(), rank_);
+    TORCH_CHECK(it != ranks.end(), "distributed: rank ", rank_,
+                " asked for a subgroup it is not in");
+    std::string prefix = prefix_ + "/group";
+    for (int r : ranks) prefix += "_" + std::to_string(r);
+    return std::make_unique<C10dCommunicator<Backend>>(
+        store_, factory_, static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()),
+        name_, nullptr, prefix);
+  }
 
   std::string diagnose_failure(const std::string& what) override {
     return health_ ? health_->diagnose(what) : std::string();
@@ -297,11 +321,13 @@ class C10dCommunicator final : public Communicator {
     backend_->allreduce(ts, opts)->wait();
   }
 
-  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::Store> store_;  // the rendezvous, unprefixed
+  Factory factory_;
   c10::intrusive_ptr<Backend> backend_;
   int rank_;
   int world_;
   std::string name_;
+  std::string prefix_;  // this group's keys in the store
   std::unique_ptr<RankHealth> health_;
 };
 
@@ -391,24 +417,29 @@ std::unique_ptr<Communicator> init_process_group(const DistributedEnv& env, c10:
                 env.rank, "; each rank needs the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE)");
   }
   auto health = std::make_unique<RankHealth>(env, options.timeout);
-  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("slipstream", store);
+  const auto timeout = options.timeout;
   if (device.is_cuda()) {
 #ifdef SLIPSTREAM_WITH_NCCL
-    auto opts = c10d::ProcessGroupNCCL::Options::create();
-    opts->timeout = options.timeout;
-    auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, env.rank, env.world_size, opts);
+    auto nccl = [timeout](const c10::intrusive_ptr<c10d::Store>& s, int rank, int world) {
+      auto opts = c10d::ProcessGroupNCCL::Options::create();
+      opts->timeout = timeout;
+      return c10::make_intrusive<c10d::ProcessGroupNCCL>(s, rank, world, opts);
+    };
     return std::make_unique<C10dCommunicator<c10d::ProcessGroupNCCL>>(
-        store, pg, env.rank, env.world_size, "nccl", std::move(health));
+        store, nccl, env.rank, env.world_size, "nccl", std::move(health));
 #else
     TORCH_CHECK(false, "distributed: this build has no NCCL backend for CUDA tensors");
 #endif
   }
 #ifdef SLIPSTREAM_WITH_GLOO
-  auto opts = c10d::ProcessGroupGloo::Options::create(options.timeout);
-  opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(env.master_addr));
-  auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, env.rank, env.world_size, opts);
+  const std::string host = env.master_addr;
+  auto gloo = [timeout, host](const c10::intrusive_ptr<c10d::Store>& s, int rank, int world) {
+    auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(host));
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(s, rank, world, opts);
+  };
   return std::make_unique<C10dCommunicator<c10d::ProcessGroupGloo>>(
-      store, pg, env.rank, env.world_size, "gloo", std::move(health));
+      store, gloo, env.rank, env.world_size, "gloo", std::move(health));
 #else
   TORCH_CHECK(false, "distributed: this build has no Gloo backend for CPU tensors");
 #endif

@@ -198,6 +198,50 @@ TEST(DistributedTest, DomainParallelTrainingIsTheOneProcessRunOnWholeSamples) {
   });
 }
 
+// Data x domain: 4 ranks as 2 data ranks x 2 domain ranks (two subgroups
+// of 2) log the 2-rank data-parallel run on whole samples. The two runs are
+// two launches of this test; a worker's SLIPSTREAM_TEST_DIR is DIR#LAUNCH.
+TEST(DistributedTest, DataTimesDomainIsTheDataParallelRunOnWholeSamples) {
+  if (!has_gloo_backend()) GTEST_SKIP() << "no Gloo in this build";
+  testing::TempDir dir;
+  std::string out = dir.path(), phase;
+  if (testing::is_worker()) {
+    const std::string v = std::getenv("SLIPSTREAM_TEST_DIR");
+    out = v.substr(0, v.rfind('#'));
+    phase = v.substr(v.rfind('#') + 1);
+  }
+  const auto launch = [&](const std::string& name, int world, const std::string& extra) {
+    testing::run_ranks(
+        world,
+        [&] {
+          if (!phase.empty() && name != phase) return;  // a worker of the other launch
+          auto overrides = tiny_run(out);
+          overrides.push_back("training.num_epochs=1");
+          overrides.push_back("run_id=" + name);
+          if (!extra.empty()) overrides.push_back(extra);
+          auto run = build_run(testing::load_config(overrides), DistributedEnv::from_environment());
+          Trainer(*run).fit();
+          run->comm->barrier();
+        },
+        "SLIPSTREAM_TEST_DIR=" + dir.path() + "#" + name);
+  };
+  launch("data", 2, "");
+  launch("both", 4, "distributed.domain_parallel=2");
+  if (testing::is_worker()) return;
+  const auto sharded = train_steps(out + "/both/metrics.jsonl");
+  const auto whole = train_steps(out + "/data/metrics.jsonl");
+  ASSERT_EQ(sharded.size(), 4u);  // 8 samples over 2 data ranks
+  ASSERT_EQ(whole.size(), sharded.size());
+  for (size_t i = 0; i < whole.size(); ++i) {
+    for (const auto& [key, want] : whole[i]) {
+      if (key == "lr" || key == "step_time_s" || key == "mem_gb") continue;
+      ASSERT_TRUE(sharded[i].count(key)) << key;
+      const double rel = std::abs(sharded[i].at(key) - want) / std::max(std::abs(want), 1e-12);
+      EXPECT_LT(rel, i == 0 ? 1e-5 : 2e-3) << "step " << i << " " << key;
+    }
+  }
+}
+
 TEST(DistributedTest, ADomainParallelThatDoesNotFitIsAClearError) {
   if (!has_gloo_backend()) GTEST_SKIP() << "no Gloo in this build";
   on_two_ranks([](const std::string& out, const DistributedEnv& env) {
