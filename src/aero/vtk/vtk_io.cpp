@@ -22,6 +22,7 @@
 #include <vtkUnstructuredGrid.h>
 #include <vtkXMLPolyDataReader.h>
 #include <vtkXMLPolyDataWriter.h>
+#include <vtkXMLReader.h>
 #include <vtkXMLUnstructuredGridReader.h>
 #include <vtkXMLUnstructuredGridWriter.h>
 
@@ -178,15 +179,22 @@ VolumeMesh read_vtu(const std::vector<std::string>& pieces,
   return volume_of(reader, what, field_names);
 }
 
-VolumeMesh read_vtu(const std::string& path, const std::vector<std::string>& field_names) {
+namespace {
+
+// Reads the non-empty file `path` with an XML reader, its progress shown.
+void read_xml(vtkXMLReader* reader, const std::string& path) {
   TORCH_CHECK(fs::is_regular_file(path), "vtk: '", path, "' does not exist");
   TORCH_CHECK(fs::file_size(path) > 0, "vtk: '", path, "' is empty");
-  vtkNew<vtkXMLUnstructuredGridReader> reader;
   reader->SetFileName(path.c_str());
-  {
-    ReadProgress progress(reader, path);
-    reader->Update();
-  }
+  ReadProgress progress(reader, path);
+  reader->Update();
+}
+
+}  // namespace
+
+VolumeMesh read_vtu(const std::string& path, const std::vector<std::string>& field_names) {
+  vtkNew<vtkXMLUnstructuredGridReader> reader;
+  read_xml(reader, path);
   return volume_of(reader, path, field_names);
 }
 
@@ -216,14 +224,8 @@ void write_vtu(const std::string& path, const torch::Tensor& points_in,
 }
 
 SurfaceData read_vtp(const std::string& path, const std::vector<std::string>& field_names) {
-  TORCH_CHECK(fs::is_regular_file(path), "vtk: '", path, "' does not exist");
-  TORCH_CHECK(fs::file_size(path) > 0, "vtk: '", path, "' is empty");
   vtkNew<vtkXMLPolyDataReader> reader;
-  reader->SetFileName(path.c_str());
-  {
-    ReadProgress progress(reader, path);
-    reader->Update();
-  }
+  read_xml(reader, path);
   vtkPolyData* poly = reader->GetOutput();
   TORCH_CHECK(reader->GetErrorCode() == 0 && poly != nullptr && poly->GetNumberOfPolys() > 0,
               "vtk: '", path,
