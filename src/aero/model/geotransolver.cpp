@@ -49,6 +49,18 @@ void accumulate_slices(const torch::nn::LinearImpl& in_project_slice,
   token.add_(torch::einsum("bnhs,bnhd->bhsd", {w, fx_mid.to(torch::kFloat)}));
 }
 
+// The same for a module's input x: its in_project_x and in_project_fx
+// first (a ContextProjector's or a GALE layer's).
+template <class Module>
+void accumulate_projected(Module& m, const torch::Tensor& x_in, torch::Tensor& norm,
+                          torch::Tensor& token) {
+  const auto x = autocast_input(x_in);
+  const int64_t b = x.size(0), n = x.size(1);
+  accumulate_slices(*m.in_project_slice, m.temperature,
+                    linear(*m.in_project_x, x).view({b, n, m.heads, m.dim_head}),
+                    linear(*m.in_project_fx, x).view({b, n, m.heads, m.dim_head}), norm, token);
+}
+
 torch::Tensor tokens_of(const torch::Tensor& norm, const torch::Tensor& token) {
   return token / (norm + kSliceNormEps).unsqueeze(-1);
 }
@@ -61,13 +73,9 @@ void for_chunks(int64_t n, int64_t chunk, F&& f) {
 
 }  // namespace
 
-void ContextProjectorImpl::accumulate(const torch::Tensor& x_in, torch::Tensor& norm,
+void ContextProjectorImpl::accumulate(const torch::Tensor& x, torch::Tensor& norm,
                                       torch::Tensor& token) {
-  const auto x = autocast_input(x_in);
-  const int64_t b = x.size(0), n = x.size(1);
-  accumulate_slices(*in_project_slice, temperature,
-                    linear(*in_project_x, x).view({b, n, heads, dim_head}),
-                    linear(*in_project_fx, x).view({b, n, heads, dim_head}), norm, token);
+  accumulate_projected(*this, x, norm, token);
 }
 
 ContextProjectorImpl::ContextProjectorImpl(int64_t dim, int64_t heads_, int64_t dim_head_,
@@ -261,13 +269,9 @@ torch::Tensor GaleAttentionImpl::forward(const torch::Tensor& x_in, const torch:
   return deslice(w, mix_with_parameters(tokens, context));
 }
 
-void GaleAttentionImpl::accumulate(const torch::Tensor& x_in, torch::Tensor& norm,
+void GaleAttentionImpl::accumulate(const torch::Tensor& x, torch::Tensor& norm,
                                    torch::Tensor& token) {
-  const auto x = autocast_input(x_in);
-  const int64_t b = x.size(0), n = x.size(1);
-  accumulate_slices(*in_project_slice, temperature,
-                    linear(*in_project_x, x).view({b, n, heads, dim_head}),
-                    linear(*in_project_fx, x).view({b, n, heads, dim_head}), norm, token);
+  accumulate_projected(*this, x, norm, token);
 }
 
 torch::Tensor GaleAttentionImpl::slice_outputs(const torch::Tensor& norm,
