@@ -37,6 +37,28 @@ slice_ops::Weights save_weights(AutogradContext* ctx, const at::Tensor& x_mid,
   return in;
 }
 
+// The forward's slicing, shared by both functions: the slice tokens (B, H,
+// G, D) fp32 of x_mid, fx_mid; ctx keeps x_mid, fx_mid, the temperature,
+// the slice weights, the per-point lse, the normaliser and the tokens.
+struct Sliced {
+  slice_ops::Weights in;
+  at::Tensor lse, tokens;
+};
+
+Sliced slice_and_save(AutogradContext* ctx, const at::Tensor& x_mid, const at::Tensor& fx_mid,
+                      const at::Tensor& slice_weight, const at::Tensor& slice_bias,
+                      const at::Tensor& temperature, double eps) {
+  const auto in = save_weights(ctx, x_mid, slice_weight, slice_bias, temperature);
+  auto first = slice_ops::reduce_first(in, fx_mid);
+  const auto denom = first.colsum + eps;
+  auto tokens = first.sums / denom.unsqueeze(-1);
+  ctx->save_for_backward({x_mid, fx_mid, temperature});
+  ctx->saved_data["lse"] = first.lse;
+  ctx->saved_data["denom"] = denom;
+  ctx->saved_data["tokens"] = tokens;
+  return {in, first.lse, tokens};
+}
+
 // Through tokens = S / (sum_n w + eps), S = sum_n w fx, to the gradients of
 // S, gs = g / denom, and of sum_n w, gnorm = -(g . tokens) / denom = -(gs .
 // tokens). The backward forms dL/dw[n] = fx[n] gs + gnorm = gs (fx[n] -
@@ -72,15 +94,7 @@ class SliceTokensFunction : public torch::autograd::Function<SliceTokensFunction
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_mid, const at::Tensor& fx_mid,
                             const at::Tensor& slice_weight, const at::Tensor& slice_bias,
                             const at::Tensor& temperature, double eps) {
-    const auto in = save_weights(ctx, x_mid, slice_weight, slice_bias, temperature);
-    auto first = slice_ops::reduce_first(in, fx_mid);
-    const auto denom = first.colsum + eps;
-    auto tokens = first.sums / denom.unsqueeze(-1);
-    ctx->save_for_backward({x_mid, fx_mid, temperature});
-    ctx->saved_data["lse"] = first.lse;
-    ctx->saved_data["denom"] = denom;
-    ctx->saved_data["tokens"] = tokens;
-    return tokens;
+    return slice_and_save(ctx, x_mid, fx_mid, slice_weight, slice_bias, temperature, eps).tokens;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -107,26 +121,20 @@ class SliceMixFunction : public torch::autograd::Function<SliceMixFunction> {
                             const at::Tensor& slice_weight, const at::Tensor& slice_bias,
                             const at::Tensor& temperature, at::TensorList leaves, double eps,
                             const TokenMixer* mix) {
-    const auto in = save_weights(ctx, x_mid, slice_weight, slice_bias, temperature);
-    auto first = slice_ops::reduce_first(in, fx_mid);
-    const auto denom = first.colsum + eps;
-    const auto tokens = first.sums / denom.unsqueeze(-1);
+    const auto sliced =
+        slice_and_save(ctx, x_mid, fx_mid, slice_weight, slice_bias, temperature, eps);
+    const auto& in = sliced.in;
     // The mix among slices is small (B x H x G x D); it keeps its own
     // autograd graph, which the backward differentiates.
     at::Tensor token_leaf, mixed;
     std::vector<at::Tensor> leaf_copies;
     {
       const torch::AutoGradMode grad_on(true);
-      token_leaf = tokens.detach().requires_grad_(true);
+      token_leaf = sliced.tokens.detach().requires_grad_(true);
       for (const auto& leaf : leaves) leaf_copies.push_back(leaf.detach().requires_grad_(true));
       mixed = (*mix)(token_leaf, leaf_copies);
     }
-    auto out = slice_ops::expand(in, first.lse, mixed.detach());
-
-    ctx->save_for_backward({x_mid, fx_mid, temperature});
-    ctx->saved_data["lse"] = first.lse;
-    ctx->saved_data["denom"] = denom;
-    ctx->saved_data["tokens"] = tokens;
+    auto out = slice_ops::expand(in, sliced.lse, mixed.detach());
     ctx->saved_data["token_leaf"] = token_leaf;
     ctx->saved_data["leaves"] = leaf_copies;
     ctx->saved_data["mixed"] = mixed;
