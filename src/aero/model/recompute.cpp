@@ -81,62 +81,98 @@ torch::Tensor pointwise_backward(Recomputable& second, const torch::Tensor& mid,
   return grad_mid;
 }
 
+// The backward of `fn` run with grad from leaves made of x and side (when
+// defined): their gradients, fn's parameter gradients accumulated.
+std::pair<torch::Tensor, torch::Tensor> backward_with_side(Recomputable& fn, const torch::Tensor& x,
+                                                           const torch::Tensor& side,
+                                                           const torch::Tensor& grad) {
+  const auto xl = x.detach().requires_grad_(true);
+  const auto sl = side.detach().requires_grad_(true);
+  torch::autograd::backward({fn.run_with(xl, sl)}, {grad});
+  return {xl.grad(), sl.grad()};
+}
+
+// An autograd function's inputs must all be defined tensors (LibTorch 1.13
+// records each one's device): without a side input, an empty one stands in
+// and `with_side` is false.
+torch::Tensor side_or_empty(const torch::Tensor& side, const torch::Tensor& x) {
+  return side.defined() ? side : torch::empty({0}, x.options());
+}
+
 struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
   // `anchor` is an empty tensor that needs grad, so that the output needs
   // grad (and the backward runs, for fn's parameters) even when x does not.
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
-                               torch::Tensor anchor, int64_t fn_address, int64_t chunk) {
+                               torch::Tensor side, bool with_side, torch::Tensor anchor,
+                               int64_t fn_address, int64_t chunk) {
     (void)anchor;
     ctx->saved_data["fn"] = fn_address;
     ctx->saved_data["chunk"] = chunk;
     ctx->saved_data["autocast"] = autocast_on();
+    ctx->saved_data["side"] = with_side;
+    auto& fn = *reinterpret_cast<Recomputable*>(fn_address);
+    if (with_side) {
+      ctx->save_for_backward({x, side});
+      return fn.run_with(x, side);
+    }
     ctx->save_for_backward({x});
-    return run_in_chunks(*reinterpret_cast<Recomputable*>(fn_address), x, chunk);
+    return run_in_chunks(fn, x, chunk);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    auto* fn = reinterpret_cast<Recomputable*>(ctx->saved_data["fn"].toInt());
-    const int64_t chunk = ctx->saved_data["chunk"].toInt();
-    const auto x = ctx->get_saved_variables()[0];
+    torch::autograd::variable_list out(6);
     const auto grad = grads[0];
-    if (!grad.defined())
-      return {torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    if (!grad.defined()) return out;
+    auto* fn = reinterpret_cast<Recomputable*>(ctx->saved_data["fn"].toInt());
+    const auto saved = ctx->get_saved_variables();
+    const auto& x = saved[0];
     AutocastGuard autocast(x.device(), ctx->saved_data["autocast"].toBool());
     torch::AutoGradMode enable(true);
-    const auto grad_x = pointwise_backward(*fn, x, grad, chunk);
-    return {grad_x, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    if (ctx->saved_data["side"].toBool()) {
+      std::tie(out[0], out[1]) = backward_with_side(*fn, x, saved[1], grad);
+    } else {
+      out[0] = pointwise_backward(*fn, x, grad, ctx->saved_data["chunk"].toInt());
+    }
+    return out;
   }
 };
 
 struct RecomputePairFunction : public torch::autograd::Function<RecomputePairFunction> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
-                               torch::Tensor anchor, int64_t first, int64_t second, int64_t chunk) {
+                               torch::Tensor side, bool with_side, torch::Tensor anchor,
+                               int64_t first, int64_t second, int64_t chunk) {
     (void)anchor;
     ctx->saved_data["first"] = first;
     ctx->saved_data["second"] = second;
     ctx->saved_data["chunk"] = chunk;
     ctx->saved_data["autocast"] = autocast_on();
-    ctx->save_for_backward({x});
-    const auto mid = reinterpret_cast<Recomputable*>(first)->run(x);
+    ctx->saved_data["side"] = with_side;
+    ctx->save_for_backward(with_side ? torch::autograd::variable_list{x, side}
+                                     : torch::autograd::variable_list{x});
+    const auto mid =
+        reinterpret_cast<Recomputable*>(first)->run_with(x, with_side ? side : torch::Tensor());
     return run_in_chunks(*reinterpret_cast<Recomputable*>(second), mid, chunk);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    const torch::autograd::variable_list none(5);
-    if (!grads[0].defined()) return none;
+    torch::autograd::variable_list out(7);
+    if (!grads[0].defined()) return out;
     auto* first = reinterpret_cast<Recomputable*>(ctx->saved_data["first"].toInt());
     auto* second = reinterpret_cast<Recomputable*>(ctx->saved_data["second"].toInt());
-    const auto x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    const auto saved = ctx->get_saved_variables();
+    const auto x = saved[0].detach().requires_grad_(true);
+    const bool with_side = ctx->saved_data["side"].toBool();
+    const auto side = with_side ? saved[1].detach().requires_grad_(true) : torch::Tensor();
     AutocastGuard autocast(x.device(), ctx->saved_data["autocast"].toBool());
     torch::AutoGradMode enable(true);
-    const auto mid = first->run(x);
+    const auto mid = first->run_with(x, side);
     const auto grad_mid =
         pointwise_backward(*second, mid.detach(), grads[0], ctx->saved_data["chunk"].toInt());
     torch::autograd::backward({mid}, {grad_mid});
-    auto out = none;
     out[0] = x.grad();
+    if (with_side) out[1] = side.grad();
     return out;
   }
 };
@@ -144,17 +180,22 @@ struct RecomputePairFunction : public torch::autograd::Function<RecomputePairFun
 }  // namespace
 
 torch::Tensor recompute_pair(Recomputable& first, Recomputable& second, const torch::Tensor& x,
-                             int64_t point_chunk) {
-  if (!torch::GradMode::is_enabled()) return second.run(first.run(x));
+                             int64_t point_chunk, const torch::Tensor& side) {
+  if (!torch::GradMode::is_enabled()) return second.run(first.run_with(x, side));
   const auto anchor = torch::empty({0}, x.options().requires_grad(true));
-  return RecomputePairFunction::apply(x, anchor, reinterpret_cast<int64_t>(&first),
+  return RecomputePairFunction::apply(x, side_or_empty(side, x), side.defined(), anchor,
+                                      reinterpret_cast<int64_t>(&first),
                                       reinterpret_cast<int64_t>(&second), point_chunk);
 }
 
-torch::Tensor recompute(Recomputable& fn, const torch::Tensor& x, int64_t point_chunk) {
-  if (!torch::GradMode::is_enabled()) return fn.run(x);
+torch::Tensor recompute(Recomputable& fn, const torch::Tensor& x, int64_t point_chunk,
+                        const torch::Tensor& side) {
+  TORCH_CHECK(!side.defined() || point_chunk == 0,
+              "recompute: a sub-block with a side input runs whole (point_chunk 0)");
+  if (!torch::GradMode::is_enabled()) return side.defined() ? fn.run_with(x, side) : fn.run(x);
   const auto anchor = torch::empty({0}, x.options().requires_grad(true));
-  return RecomputeFunction::apply(x, anchor, reinterpret_cast<int64_t>(&fn), point_chunk);
+  return RecomputeFunction::apply(x, side_or_empty(side, x), side.defined(), anchor,
+                                  reinterpret_cast<int64_t>(&fn), point_chunk);
 }
 
 }  // namespace slipstream::aero

@@ -42,16 +42,28 @@ class Recomputable {
  public:
   virtual ~Recomputable() = default;
   virtual torch::Tensor run(const torch::Tensor& x) = 0;
+  // A sub-block that reads one more tensor than x, one that may need grad
+  // (GALE's context, which every block reads): recompute(fn, x, chunk, side)
+  // calls this, in both passes, and returns side's gradient too.
+  virtual torch::Tensor run_with(const torch::Tensor& x, const torch::Tensor& side) {
+    (void)side;
+    return run(x);
+  }
 };
 
-torch::Tensor recompute(Recomputable& fn, const torch::Tensor& x, int64_t point_chunk = 0);
+// With `side` defined, fn.run_with(x, side) instead of fn.run(x); side is
+// then kept for the backward as x is (it is not copied: keep it small, or
+// kept anyway), and point_chunk must be 0.
+torch::Tensor recompute(Recomputable& fn, const torch::Tensor& x, int64_t point_chunk = 0,
+                        const torch::Tensor& side = {});
 
 // second(first(x)) kept as recompute(second, recompute(first, x)) would keep
 // it (x alone), but with one recompute of each instead of two: the backward
 // runs first(x) with grad, then second (pointwise) in chunks of
 // `point_chunk` points from first's output, forward and backward a chunk at
-// a time, then backpropagates through first.
+// a time, then backpropagates through first. `side`, when defined, is read
+// by first alone (first.run_with(x, side)).
 torch::Tensor recompute_pair(Recomputable& first, Recomputable& second, const torch::Tensor& x,
-                             int64_t point_chunk);
+                             int64_t point_chunk, const torch::Tensor& side = {});
 
 }  // namespace slipstream::aero
