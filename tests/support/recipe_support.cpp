@@ -30,6 +30,33 @@ aero::TransolverOptions fixture_transolver_options(const SafetensorsFile& f) {
   return o;
 }
 
+aero::GeoTransolverOptions fixture_geotransolver_options(const SafetensorsFile& f) {
+  const auto cfg = nlohmann::json::parse(f.metadata.at("config"));
+  aero::GeoTransolverOptions o;
+  o.functional_dim = cfg["functional_dim"];
+  o.out_dim = cfg["out_dim"];
+  o.geometry_dim = cfg["geometry_dim"];
+  o.global_dim = cfg["global_dim"];
+  o.n_layers = cfg["n_layers"];
+  o.n_hidden = cfg["n_hidden"];
+  o.n_head = cfg["n_head"];
+  o.slice_num = cfg["slice_num"];
+  o.mlp_ratio = cfg["mlp_ratio"];
+  o.include_local_features = cfg["include_local_features"];
+  o.radii = cfg["radii"].get<std::vector<double>>();
+  o.neighbors_in_radius = cfg["neighbors_in_radius"].get<std::vector<int64_t>>();
+  o.n_hidden_local = cfg["n_hidden_local"];
+  o.state_mixing_mode = cfg["state_mixing_mode"];
+  return o;
+}
+
+aero::GeoTransolver fixture_geotransolver(const SafetensorsFile& f) {
+  aero::GeoTransolver model(fixture_geotransolver_options(f));
+  std::map<std::string, torch::Tensor> named(f.tensors.begin(), f.tensors.end());
+  model->load_named(named, "param.");
+  return model;
+}
+
 aero::Sample synthetic_sample(int64_t index, int64_t points) {
   aero::SyntheticOptions o;
   o.points_per_sample = points;

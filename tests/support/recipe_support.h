@@ -5,6 +5,7 @@
 #include "aero/config/config.h"
 #include "aero/data/input_spec.h"
 #include "aero/data/sample.h"
+#include "aero/model/geotransolver.h"
 #include "aero/model/transolver.h"
 #include "core/io/safetensors.h"
 
@@ -21,6 +22,12 @@ aero::InputSpec volume_inputs();
 // The Transolver options a fixture file records in its "config" metadata
 // (transolver_small.safetensors).
 aero::TransolverOptions fixture_transolver_options(const SafetensorsFile& f);
+
+// The GeoTransolver a fixture file records (geotransolver_small_*.safetensors):
+// its options from the "config" metadata, and the model with its "param."
+// tensors loaded.
+aero::GeoTransolverOptions fixture_geotransolver_options(const SafetensorsFile& f);
+aero::GeoTransolver fixture_geotransolver(const SafetensorsFile& f);
 
 // Synthetic sample `index` with `points` points (seed 1234).
 aero::Sample synthetic_sample(int64_t index, int64_t points);

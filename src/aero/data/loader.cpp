@@ -73,7 +73,8 @@ Batch make_host_batch(const Sample& s, const LoaderOptions& o, uint64_t generato
   }
   if (o.domain_size > 1) {
     // This rank's shard of every per-point tensor (B, N, .); a global
-    // input (1, 1, C) stays whole, and inputs that share one stay shared.
+    // input (1, 1, C) and the whole_inputs stay whole, and inputs that share
+    // one stay shared.
     const int64_t n_points = b.target.size(1);
     const auto shard = point_shard(n_points, o.domain_rank, o.domain_size);
     auto narrow = [&](const torch::Tensor& t) {
@@ -81,7 +82,7 @@ Batch make_host_batch(const Sample& s, const LoaderOptions& o, uint64_t generato
     };
     std::map<const void*, torch::Tensor> sharded;
     for (auto& [name, t] : b.inputs) {
-      if (t.size(1) != n_points) continue;
+      if (t.size(1) != n_points || o.whole_inputs.count(name)) continue;
       auto& c = sharded[t.unsafeGetTensorImpl()];
       if (!c.defined()) c = narrow(t);
       t = c;

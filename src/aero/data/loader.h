@@ -29,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -49,6 +50,9 @@ struct LoaderOptions {
   // points (after the subsample and the transforms, which every rank of the
   // group draws alike: their seed is the sample's, not the rank's).
   int domain_rank = 0, domain_size = 1;
+  // Inputs every rank keeps whole under domain parallelism
+  // (Model::whole_point_inputs: a neighbour search among all points).
+  std::set<std::string> whole_inputs;
 };
 
 struct Batch {

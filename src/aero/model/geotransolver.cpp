@@ -23,11 +23,18 @@ torch::Tensor slice_weights(const torch::nn::LinearImpl& in_project_slice,
   return torch::softmax(logits / temperature.clamp(0.5, 5.0).to(logits.scalar_type()), -1);
 }
 
+// Under a domain group x_mid, fx_mid are this rank's shard of the points
+// and both sums are taken over the group's.
 std::pair<torch::Tensor, torch::Tensor> slice(const torch::nn::LinearImpl& in_project_slice,
                                               const torch::Tensor& temperature,
                                               const torch::Tensor& x_mid,
-                                              const torch::Tensor& fx_mid) {
+                                              const torch::Tensor& fx_mid, Communicator* group) {
   const auto w = slice_weights(in_project_slice, temperature, x_mid);
+  if (group != nullptr) {
+    const auto norm = domain_sum(w.sum(1), group) + kSliceNormEps;
+    const auto sums = domain_sum(torch::einsum("bnhs,bnhd->bhsd", {w, fx_mid}), group);
+    return {w, sums / norm.unsqueeze(-1)};
+  }
   const auto norm = w.sum(1) + kSliceNormEps;  // (B, H, S)
   // (B, H, S, N) x (B, H, N, D): the products PhysicsNeMo's code runs.
   const auto tokens =
@@ -97,12 +104,12 @@ torch::Tensor ContextProjectorImpl::forward(const torch::Tensor& x_in) {
   const int64_t b = x.size(0), n = x.size(1);
   const auto x_mid = linear(*in_project_x, x).view({b, n, heads, dim_head});
   const auto fx_mid = linear(*in_project_fx, x).view({b, n, heads, dim_head});
-  if (uses_fused(x)) {
+  if (domain_group == nullptr && uses_fused(x)) {
     return fused_slice_tokens(
         x_mid, fx_mid,
         {in_project_slice->weight, in_project_slice->bias, temperature, kSliceNormEps});
   }
-  return slice(*in_project_slice, temperature, x_mid, fx_mid).second;
+  return slice(*in_project_slice, temperature, x_mid, fx_mid, domain_group).second;
 }
 
 GeometricFeatureProcessorImpl::GeometricFeatureProcessorImpl(int64_t neighbors, int64_t hidden) {
@@ -148,9 +155,14 @@ GlobalContextBuilderImpl::GlobalContextBuilderImpl(const GeoTransolverOptions& o
 
 GlobalContextBuilderImpl::Built GlobalContextBuilderImpl::build(
     const torch::Tensor& local_positions, const torch::Tensor& geometry,
-    const torch::Tensor& global_embedding) {
+    const torch::Tensor& global_embedding, const PointShard& positions,
+    const PointShard& geometry_shard) {
   Built out;
   std::vector<torch::Tensor> parts, local;
+  const auto project = [&](ContextProjectorImpl& p, const torch::Tensor& x) {
+    return recompute_projectors ? recompute(p, x) : p.forward(x);
+  };
+  const auto geometry_queries = geometry.narrow(1, geometry_shard.begin, geometry_shard.count);
   if (!local_extractors.is_empty()) {
     auto& extractor = *local_extractors[0]->as<MultiScaleFeatureExtractor>();
     // One search serves every scale, and both paths when the two point sets
@@ -160,19 +172,23 @@ GlobalContextBuilderImpl::Built GlobalContextBuilderImpl::build(
       scales.push_back({options_.radii[i], options_.neighbors_in_radius[i]});
     }
     const bool same = geometry.is_same(local_positions);
-    const auto at_geometry_nn = ball_query_scales(local_positions, geometry, scales);
-    const auto at_local_nn = same ? std::vector<BallQueryResult>{}
-                                  : ball_query_scales(geometry, local_positions, scales);
+    const auto at_geometry_nn = ball_query_scales(local_positions, geometry_queries, scales);
+    const auto at_local_nn =
+        same ? std::vector<BallQueryResult>{}
+             : ball_query_scales(
+                   geometry, local_positions.narrow(1, positions.begin, positions.count), scales);
     for (size_t i = 0; i < scales.size(); ++i) {
       auto& processor = *extractor.processors[i]->as<GeometricFeatureProcessor>();
       auto& tokenizer = *extractor.tokenizers[i]->as<ContextProjector>();
       const auto at_geometry = processor.forward(at_geometry_nn[i].neighbors);
-      parts.push_back(tokenizer.forward(at_geometry));
+      parts.push_back(project(tokenizer, at_geometry));
       local.push_back(same ? at_geometry : processor.forward(at_local_nn[i].neighbors));
     }
     out.local_features = torch::cat(local, -1);
   }
-  if (!geometry_tokenizer.is_empty()) parts.push_back(geometry_tokenizer->forward(geometry));
+  if (!geometry_tokenizer.is_empty()) {
+    parts.push_back(project(*geometry_tokenizer, geometry_queries));
+  }
   if (!global_tokenizer.is_empty()) parts.push_back(global_tokenizer->forward(global_embedding));
   if (!parts.empty()) out.context = torch::cat(parts, -1);
   return out;
@@ -261,11 +277,11 @@ torch::Tensor GaleAttentionImpl::deslice(const torch::Tensor& w, const torch::Te
 
 torch::Tensor GaleAttentionImpl::forward(const torch::Tensor& x_in, const torch::Tensor& context) {
   const auto x = autocast_input(x_in);
-  if (uses_fused(x)) return forward_fused(x, context);
+  if (domain_group == nullptr && uses_fused(x)) return forward_fused(x, context);
   const int64_t b = x.size(0), n = x.size(1);
   const auto x_mid = linear(*in_project_x, x).view({b, n, heads, dim_head});
   const auto fx_mid = linear(*in_project_fx, x).view({b, n, heads, dim_head});
-  const auto [w, tokens] = slice(*in_project_slice, temperature, x_mid, fx_mid);
+  const auto [w, tokens] = slice(*in_project_slice, temperature, x_mid, fx_mid, domain_group);
   return deslice(w, mix_with_parameters(tokens, context));
 }
 
@@ -366,10 +382,25 @@ GaleBlockImpl::GaleBlockImpl(int64_t width, const GeoTransolverOptions& o, int64
                                        Mlp(width, width * o.mlp_ratio, width)));
 }
 
-torch::Tensor GaleBlockImpl::forward(const torch::Tensor& x_in, const torch::Tensor& context) {
-  auto x = Attn->forward(layer_norm(*ln_1, x_in, bf16_layer_norm), context) + x_in;
-  const auto& ln = *ln_mlp1[0]->as<torch::nn::LayerNorm>();
-  return ln_mlp1[1]->as<Mlp>()->forward(layer_norm(ln, x, bf16_layer_norm)) + x;
+torch::Tensor GaleBlockImpl::AttentionPart::run_with(const torch::Tensor& x,
+                                                     const torch::Tensor& context) {
+  return block->Attn->forward(layer_norm(*block->ln_1, x, block->bf16_layer_norm), context) + x;
+}
+
+torch::Tensor GaleBlockImpl::MlpPart::run(const torch::Tensor& x) {
+  const auto& ln = *block->ln_mlp1[0]->as<torch::nn::LayerNorm>();
+  return block->ln_mlp1[1]->as<Mlp>()->forward(layer_norm(ln, x, block->bf16_layer_norm)) + x;
+}
+
+torch::Tensor GaleBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& context) {
+  switch (recompute_options.mode) {
+    case Recompute::kAttention:
+      return mlp_part_.run(recompute(attention_part_, x, 0, context));
+    case Recompute::kBlock:
+      return recompute_pair(attention_part_, mlp_part_, x, recompute_options.point_chunk, context);
+    default:
+      return mlp_part_.run(attention_part_.run_with(x, context));
+  }
 }
 
 void GaleBlockImpl::forward_in_chunks(torch::Tensor& x, const torch::Tensor& context,
@@ -379,6 +410,8 @@ void GaleBlockImpl::forward_in_chunks(torch::Tensor& x, const torch::Tensor& con
   for_chunks(x.size(1), chunk, [&](int64_t s, int64_t len) {
     Attn->accumulate(layer_norm(*ln_1, x.narrow(1, s, len), bf16_layer_norm), norm, token);
   });
+  norm = domain_sum(norm, Attn->domain_group);
+  token = domain_sum(token, Attn->domain_group);
   const auto mixed = Attn->slice_outputs(norm, token, context);
   for_chunks(x.size(1), chunk, [&](int64_t s, int64_t len) {
     auto xc = x.narrow(1, s, len);
@@ -414,6 +447,51 @@ GeoTransolverImpl::GeoTransolverImpl(GeoTransolverOptions o) : options_(std::mov
                             torch::nn::Linear(width, op.out_dim)));
 }
 
+torch::Tensor GeoTransolverImpl::Preprocess::run(const torch::Tensor& x) {
+  return model->preprocess[0]->as<Mlp>()->forward(x);
+}
+
+std::pair<PointShard, PointShard> GeoTransolverImpl::shards(
+    const torch::Tensor& local_embedding, const torch::Tensor& geometry,
+    const torch::Tensor& local_positions) const {
+  TORCH_CHECK(geometry.dim() == 3 && local_positions.dim() == 3,
+              "model: GeoTransolver expects geometry and local_positions (B, N, 3), got ",
+              geometry.sizes(), " and ", local_positions.sizes());
+  const int64_t n = local_positions.size(1);
+  if (domain_group_ == nullptr) {
+    TORCH_CHECK(local_embedding.size(1) == n, "model: GeoTransolver's local_embedding has ",
+                local_embedding.size(1), " points and local_positions ", n);
+    return {PointShard{0, n}, PointShard{0, geometry.size(1)}};
+  }
+  const int rank = domain_group_->rank(), size = domain_group_->world_size();
+  const auto mine = point_shard(n, rank, size);
+  TORCH_CHECK(local_embedding.size(1) == mine.count, "model: GeoTransolver on domain rank ", rank,
+              " of ", size, " expects local_embedding to be its shard of local_positions' ", n,
+              " points (", mine.count, "), got ", local_embedding.size(1), " points");
+  return {mine, point_shard(geometry.size(1), rank, size)};
+}
+
+void GeoTransolverImpl::set_recompute(const RecomputeOptions& options) {
+  recompute_ = options;
+  context_builder->recompute_projectors = options.mode == Recompute::kBlock;
+  for (const auto& block : *blocks) block->as<GaleBlock>()->recompute_options = options;
+}
+
+void GeoTransolverImpl::set_domain_group(Communicator* group) {
+  domain_group_ = group != nullptr && group->world_size() > 1 ? group : nullptr;
+  auto& builder = *context_builder;
+  if (!builder.local_extractors.is_empty()) {
+    auto& extractor = *builder.local_extractors[0]->as<MultiScaleFeatureExtractor>();
+    for (const auto& t : *extractor.tokenizers) {
+      t->as<ContextProjector>()->domain_group = domain_group_;
+    }
+  }
+  // The global tokenizer's one global point is on every rank: no sum.
+  if (!builder.geometry_tokenizer.is_empty())
+    builder.geometry_tokenizer->domain_group = domain_group_;
+  for (const auto& block : *blocks) block->as<GaleBlock>()->Attn->domain_group = domain_group_;
+}
+
 torch::Tensor GeoTransolverImpl::forward(const torch::Tensor& local_embedding,
                                          const torch::Tensor& geometry,
                                          const torch::Tensor& local_positions,
@@ -421,8 +499,12 @@ torch::Tensor GeoTransolverImpl::forward(const torch::Tensor& local_embedding,
   TORCH_CHECK(local_embedding.dim() == 3 && local_embedding.size(-1) == options_.functional_dim,
               "model: GeoTransolver expects local_embedding (B, N, ", options_.functional_dim,
               "), got ", local_embedding.sizes());
-  const auto built = context_builder->build(local_positions, geometry, global_embedding);
-  auto x = preprocess[0]->as<Mlp>()->forward(local_embedding);
+  const auto [positions, geometry_shard] = shards(local_embedding, geometry, local_positions);
+  const auto built = context_builder->build(local_positions, geometry, global_embedding, positions,
+                                            geometry_shard);
+  auto x = recompute_.mode == Recompute::kBlock
+               ? recompute(preprocess_part_, local_embedding, recompute_.point_chunk)
+               : preprocess_part_.run(local_embedding);
   if (built.local_features.defined()) {
     x = torch::cat({x, built.local_features.to(x.scalar_type())}, -1);
   }
@@ -441,6 +523,9 @@ torch::Tensor GeoTransolverImpl::forward_in_chunks(const ModelInputs& inputs, in
   TORCH_CHECK(local_embedding.dim() == 3 && local_embedding.size(-1) == options_.functional_dim,
               "model: GeoTransolver expects local_embedding (B, N, ", options_.functional_dim,
               "), got ", local_embedding.sizes());
+  // Under a domain group: this rank's shard of the points, searched among all.
+  const auto [positions, geometry_shard] = shards(local_embedding, geometry, local_positions);
+  const auto sum = [this](const torch::Tensor& t) { return domain_sum(t, domain_group_); };
   const int64_t n = local_embedding.size(1), hidden = options_.n_hidden;
   const int64_t width = blocks[0]->as<GaleBlock>()->ln_1->options.normalized_shape()[0];
   auto& builder = *context_builder;
@@ -463,8 +548,9 @@ torch::Tensor GeoTransolverImpl::forward_in_chunks(const ModelInputs& inputs, in
     const int64_t local = options_.n_hidden_local;
     const bool same = geometry.is_same(local_positions);
     std::vector<torch::Tensor> norms(scales.size()), tokens(scales.size());
-    for_chunks(geometry.size(1), chunk, [&](int64_t s, int64_t len) {
-      const auto nn = ball_query_scales(local_positions, geometry.narrow(1, s, len), scales);
+    for_chunks(geometry_shard.count, chunk, [&](int64_t s, int64_t len) {
+      const auto nn = ball_query_scales(local_positions,
+                                        geometry.narrow(1, geometry_shard.begin + s, len), scales);
       for (size_t i = 0; i < scales.size(); ++i) {
         const auto f =
             extractor.processors[i]->as<GeometricFeatureProcessor>()->forward(nn[i].neighbors);
@@ -474,7 +560,8 @@ torch::Tensor GeoTransolverImpl::forward_in_chunks(const ModelInputs& inputs, in
     });
     if (!same) {
       for_chunks(n, chunk, [&](int64_t s, int64_t len) {
-        const auto nn = ball_query_scales(geometry, local_positions.narrow(1, s, len), scales);
+        const auto nn = ball_query_scales(
+            geometry, local_positions.narrow(1, positions.begin + s, len), scales);
         for (size_t i = 0; i < scales.size(); ++i) {
           x.narrow(1, s, len)
               .narrow(2, hidden + i * local, local)
@@ -483,14 +570,17 @@ torch::Tensor GeoTransolverImpl::forward_in_chunks(const ModelInputs& inputs, in
         }
       });
     }
-    for (size_t i = 0; i < scales.size(); ++i) parts.push_back(tokens_of(norms[i], tokens[i]));
+    for (size_t i = 0; i < scales.size(); ++i) {
+      parts.push_back(tokens_of(sum(norms[i]), sum(tokens[i])));
+    }
   }
   if (!builder.geometry_tokenizer.is_empty()) {
     torch::Tensor norm, token;
-    for_chunks(geometry.size(1), chunk, [&](int64_t s, int64_t len) {
-      builder.geometry_tokenizer->accumulate(geometry.narrow(1, s, len), norm, token);
+    for_chunks(geometry_shard.count, chunk, [&](int64_t s, int64_t len) {
+      builder.geometry_tokenizer->accumulate(geometry.narrow(1, geometry_shard.begin + s, len),
+                                             norm, token);
     });
-    parts.push_back(tokens_of(norm, token));
+    parts.push_back(tokens_of(sum(norm), sum(token)));
   }
   if (!builder.global_tokenizer.is_empty()) {
     parts.push_back(builder.global_tokenizer->forward(input(inputs, "global_embedding")));

@@ -36,6 +36,7 @@
 // The volume config has 27,574,449 parameters, the surface one 9,046,016.
 #pragma once
 
+#include "aero/model/domain_parallel.h"
 #include "aero/model/model.h"
 #include "aero/model/transolver.h"
 
@@ -71,11 +72,13 @@ struct GeoTransolverOptions {
 // Slice tokens of a set of points: (B, N, dim) -> (B, H, S, dh). On CUDA
 // under bf16 autocast (fused on) through fused_slice_tokens, which keeps no
 // points x heads x slices tensor; force_fused as GaleAttentionImpl's.
-class ContextProjectorImpl : public torch::nn::Module {
+// It is its own Recomputable (run: forward), for training.recompute=block.
+class ContextProjectorImpl : public torch::nn::Module, public Recomputable {
  public:
   ContextProjectorImpl(int64_t dim, int64_t heads, int64_t dim_head, int64_t slices,
                        bool fused_attention = true);
   torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor run(const torch::Tensor& x) override { return forward(x); }
   bool uses_fused(const torch::Tensor& x) const;
   // forward in chunks: adds a chunk's slice sums (norm (B, H, S), token (B,
   // H, S, dh), fp32) over its points; the tokens are token / (norm + eps).
@@ -83,6 +86,9 @@ class ContextProjectorImpl : public torch::nn::Module {
 
   int64_t heads, dim_head, slices;
   bool fused, force_fused = false;
+  // x is this rank's shard of the points and the slice sums are summed over
+  // this group (domain_parallel.h), on the plain path; null: x is all of them.
+  Communicator* domain_group = nullptr;
   torch::Tensor temperature;
   torch::nn::Linear in_project_x{nullptr}, in_project_fx{nullptr}, in_project_slice{nullptr};
 };
@@ -111,9 +117,16 @@ class GlobalContextBuilderImpl : public torch::nn::Module {
     torch::Tensor context;         // (B, H, S, context_dim)
     torch::Tensor local_features;  // (B, N, scales·L) or undefined
   };
+  // Every point of local_positions and geometry is searched among; the
+  // queries are this rank's shards of them (all of them without a domain
+  // group): `positions` of local_positions, `geometry_shard` of geometry.
   Built build(const torch::Tensor& local_positions, const torch::Tensor& geometry,
-              const torch::Tensor& global_embedding);
+              const torch::Tensor& global_embedding, const PointShard& positions,
+              const PointShard& geometry_shard);
   int64_t context_dim() const { return context_dim_; }
+  // Whether build() recomputes the context projectors in the backward
+  // (training.recompute=block), keeping only their inputs.
+  bool recompute_projectors = false;
 
   torch::nn::ModuleList local_extractors{nullptr};
   ContextProjector geometry_tokenizer{nullptr}, global_tokenizer{nullptr};
@@ -148,6 +161,7 @@ class GaleAttentionImpl : public torch::nn::Module {
 
   int64_t heads, dim_head, slices;
   bool weighted, fused, force_fused = false;
+  Communicator* domain_group = nullptr;  // as ContextProjectorImpl's
   torch::Tensor temperature, state_mixing;
   torch::nn::Linear in_project_slice{nullptr}, qkv_project{nullptr}, out_linear{nullptr},
       in_project_x{nullptr}, in_project_fx{nullptr}, cross_q{nullptr}, cross_k{nullptr},
@@ -169,14 +183,33 @@ TORCH_MODULE(GaleAttention);
 class GaleBlockImpl : public torch::nn::Module {
  public:
   GaleBlockImpl(int64_t width, const GeoTransolverOptions& o, int64_t context_dim);
+  // x + GALE(LN(x), context), then x + MLP(LN(x)), keeping for the backward
+  // what `recompute_options` says (the context is the recomputed GALE's
+  // side input: recompute.h).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& context);
   // forward over x (B, N, E) in chunks of `chunk` points, x updated in place.
   void forward_in_chunks(torch::Tensor& x, const torch::Tensor& context, int64_t chunk);
 
   bool bf16_layer_norm;
+  RecomputeOptions recompute_options;
   torch::nn::LayerNorm ln_1{nullptr};
   GaleAttention Attn{nullptr};
   torch::nn::Sequential ln_mlp1{nullptr};
+
+ private:
+  struct AttentionPart : Recomputable {
+    explicit AttentionPart(GaleBlockImpl* b) : block(b) {}
+    GaleBlockImpl* block;
+    torch::Tensor run(const torch::Tensor& x) override { return run_with(x, {}); }
+    torch::Tensor run_with(const torch::Tensor& x, const torch::Tensor& context) override;
+  };
+  struct MlpPart : Recomputable {  // pointwise
+    explicit MlpPart(GaleBlockImpl* b) : block(b) {}
+    GaleBlockImpl* block;
+    torch::Tensor run(const torch::Tensor& x) override;
+  };
+  AttentionPart attention_part_{this};
+  MlpPart mlp_part_{this};
 };
 TORCH_MODULE(GaleBlock);
 
@@ -193,6 +226,19 @@ class GeoTransolverImpl : public Model {
   // neighbours are searched among all points.
   bool exact_in_chunks() const override { return true; }
   torch::Tensor forward_in_chunks(const ModelInputs& inputs, int64_t chunk) override;
+  // training.recompute: attention recomputes each GALE sub-block; block each
+  // whole block (its MLP in chunks of points), the preprocess MLP and the
+  // context projectors, from their inputs.
+  void set_recompute(const RecomputeOptions& options) override;
+  // Under a domain group local_embedding is this rank's shard of the points
+  // (point_shard of local_positions' N) and geometry and local_positions are
+  // whole: each rank searches its shard's neighbours among all points, and
+  // the context projectors and GALE sum their slice statistics over the
+  // group (on their plain paths). The global tokenizer runs on every rank.
+  void set_domain_group(Communicator* group) override;
+  std::vector<std::string> whole_point_inputs() const override {
+    return {"geometry", "local_positions"};
+  }
   std::vector<std::string> input_names() const override {
     return {"global_embedding", "geometry", "local_embedding", "local_positions"};
   }
@@ -208,7 +254,20 @@ class GeoTransolverImpl : public Model {
   torch::nn::ModuleList preprocess{nullptr}, blocks{nullptr}, ln_mlp_out{nullptr};
 
  private:
+  struct Preprocess : Recomputable {  // pointwise
+    explicit Preprocess(GeoTransolverImpl* m) : model(m) {}
+    GeoTransolverImpl* model;
+    torch::Tensor run(const torch::Tensor& x) override;
+  };
+  // This rank's shards of local_positions' and geometry's points (all of
+  // them without a domain group); checks local_embedding is the first.
+  std::pair<PointShard, PointShard> shards(const torch::Tensor& local_embedding,
+                                           const torch::Tensor& geometry,
+                                           const torch::Tensor& local_positions) const;
   GeoTransolverOptions options_;
+  RecomputeOptions recompute_;
+  Communicator* domain_group_ = nullptr;
+  Preprocess preprocess_part_{this};
 };
 TORCH_MODULE(GeoTransolver);
 

@@ -58,6 +58,9 @@ class Model : public torch::nn::Module {
   // shard of every sample's points; null: the whole sample here. A model
   // that cannot shard a sample accepts only null and names itself otherwise.
   virtual void set_domain_group(Communicator* group);
+  // The per-point inputs every rank of a domain group holds whole rather
+  // than its shard of (a neighbour search among all points reads them).
+  virtual std::vector<std::string> whole_point_inputs() const { return {}; }
 
   void load_named(const std::map<std::string, torch::Tensor>& tensors,
                   const std::string& prefix = "");

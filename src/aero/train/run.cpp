@@ -296,6 +296,7 @@ std::unique_ptr<Run> build_run(const Config& config, const DistributedEnv& env) 
   run->model = build_initial_model(config, run->shape, s.seed);
   run->model->set_recompute(s.recompute);
   run->model->set_domain_group(run->domain_group);
+  for (const auto& name : run->model->whole_point_inputs()) run->loader.whole_inputs.insert(name);
   config.check_known_keys();  // every key was read by something, before any work
   run->model->to(run->device);
   if (run->world_size > 1) {

@@ -44,26 +44,6 @@ TEST(GeoTransolverTest, SurfaceConfigMatchesPhysicsNeMosParametersLineByLine) {
   testing::expect_parameters_as_listed(*model, "geotransolver_surface_params.txt");
 }
 
-GeoTransolverOptions options_of(const SafetensorsFile& f) {
-  const auto cfg = nlohmann::json::parse(f.metadata.at("config"));
-  GeoTransolverOptions o;
-  o.functional_dim = cfg["functional_dim"];
-  o.out_dim = cfg["out_dim"];
-  o.geometry_dim = cfg["geometry_dim"];
-  o.global_dim = cfg["global_dim"];
-  o.n_layers = cfg["n_layers"];
-  o.n_hidden = cfg["n_hidden"];
-  o.n_head = cfg["n_head"];
-  o.slice_num = cfg["slice_num"];
-  o.mlp_ratio = cfg["mlp_ratio"];
-  o.include_local_features = cfg["include_local_features"];
-  o.radii = cfg["radii"].get<std::vector<double>>();
-  o.neighbors_in_radius = cfg["neighbors_in_radius"].get<std::vector<int64_t>>();
-  o.n_hidden_local = cfg["n_hidden_local"];
-  o.state_mixing_mode = cfg["state_mixing_mode"];
-  return o;
-}
-
 struct Run {
   torch::Tensor out;
   std::map<std::string, torch::Tensor> grads;
@@ -71,9 +51,7 @@ struct Run {
 
 // The fixture's model forward and backward (loss = mean(out^2)) in `dtype`.
 Run run_fixture(const SafetensorsFile& f, torch::ScalarType dtype) {
-  GeoTransolver model(options_of(f));
-  std::map<std::string, torch::Tensor> named(f.tensors.begin(), f.tensors.end());
-  model->load_named(named, "param.");
+  GeoTransolver model = testing::fixture_geotransolver(f);
   model->to(dtype);
   auto in = [&](const char* k) { return f.at(k).to(dtype); };
   Run r;
@@ -127,9 +105,7 @@ TEST(GeoTransolverTest, ReproducesPhysicsNeMoSurfaceOutputAndEveryGradient) {
 TEST(GeoTransolverTest, OneTensorForGeometryAndPositionsGivesTheSameResult) {
   const auto f =
       read_safetensors(testing::fixtures_dir() + "/geotransolver_small_volume.safetensors");
-  GeoTransolver model(options_of(f));
-  std::map<std::string, torch::Tensor> named(f.tensors.begin(), f.tensors.end());
-  model->load_named(named, "param.");
+  GeoTransolver model = testing::fixture_geotransolver(f);
   torch::NoGradGuard no_grad;
   const auto& points = f.at("input.geometry");
   const auto shared =
@@ -244,9 +220,7 @@ TEST(GeoTransolverTest, ChunkedForwardEqualsTheWholeForwardForAnyChunk) {
   for (const char* name :
        {"geotransolver_small_volume.safetensors", "geotransolver_small_surface.safetensors"}) {
     const auto f = read_safetensors(testing::fixtures_dir() + "/" + name);
-    GeoTransolver model(options_of(f));
-    std::map<std::string, torch::Tensor> named(f.tensors.begin(), f.tensors.end());
-    model->load_named(named, "param.");
+    GeoTransolver model = testing::fixture_geotransolver(f);
     ASSERT_TRUE(model->exact_in_chunks());
     torch::NoGradGuard no_grad;
     const auto points = f.at("input.geometry");
@@ -280,6 +254,65 @@ TEST(GeoTransolverTest, ChunkedForwardEqualsTheWholeForwardForAnyChunk) {
                                        {"local_positions", points},
                                        {"global_embedding", f.at("input.global_embedding")}});
     EXPECT_GT(relative_error(alone, whole.narrow(1, 0, 20)), 1e-3) << name;
+  }
+}
+
+// training.recompute for GeoTransolver: the loss and every gradient are
+// those of the run that keeps everything, with the context (every GALE's
+// side input) and without local features. Whole sub-blocks give the loss
+// bitwise on the CPU, and the gradients to fp32 round-off (not bitwise: the
+// context's gradient is summed over the blocks in another order); the MLPs
+// in chunks of points, both to round-off.
+TEST(GeoTransolverTest, RecomputeGivesTheSameLossAndGradients) {
+  for (const char* name :
+       {"geotransolver_small_volume.safetensors", "geotransolver_small_surface.safetensors"}) {
+    const auto f = read_safetensors(testing::fixtures_dir() + "/" + name);
+    const auto points = f.at("input.geometry");
+    auto run = [&](RecomputeOptions r, double& loss, std::map<std::string, torch::Tensor>& grads) {
+      GeoTransolver model = testing::fixture_geotransolver(f);
+      model->set_recompute(r);
+      auto l = model
+                   ->forward(f.at("input.local_embedding"), points, points,
+                             f.at("input.global_embedding"))
+                   .pow(2)
+                   .mean();
+      l.backward();
+      loss = l.item<double>();
+      for (const auto& p : model->named_parameters()) grads[p.key()] = p.value().grad();
+    };
+    double base_loss = 0;
+    std::map<std::string, torch::Tensor> base;
+    run({}, base_loss, base);
+    double largest = 0;
+    for (const auto& [key, g] : base) largest = std::max(largest, g.norm().item<double>());
+    for (const auto& r :
+         {RecomputeOptions{Recompute::kAttention, 0}, RecomputeOptions{Recompute::kBlock, 0},
+          RecomputeOptions{Recompute::kBlock, 37}}) {
+      double loss = 0;
+      std::map<std::string, torch::Tensor> grads;
+      run(r, loss, grads);
+      const std::string what =
+          std::string(name) + ", " + to_string(r.mode) + ", chunk " + std::to_string(r.point_chunk);
+      ASSERT_EQ(grads.size(), base.size()) << what;
+      if (r.point_chunk == 0) {
+        EXPECT_EQ(loss, base_loss) << what;
+      } else {
+        EXPECT_NEAR(loss, base_loss, 1e-6 * std::abs(base_loss)) << what;
+      }
+      double worst = 0;
+      for (const auto& [key, g] : base) {
+        ASSERT_TRUE(grads.at(key).defined()) << what << " " << key;
+        // Relative, but to no less than 1e-3 of the largest gradient: the
+        // slice biases' gradients are sums that cancel to ~1e-4 of their
+        // terms (softmax ignores a shift common to a row), and the key
+        // biases' are round-off of an exact zero.
+        const double err = (grads.at(key) - g).norm().item<double>() /
+                           std::max(g.norm().item<double>(), 1e-3 * largest);
+        worst = std::max(worst, err);
+        EXPECT_LT(err, 2e-5) << what << " " << key;
+      }
+      std::printf("recompute %s: largest gradient relative error %.2e\n", what.c_str(), worst);
+    }
   }
 }
 

@@ -248,13 +248,34 @@ TEST(DistributedTest, ADomainParallelThatDoesNotFitIsAClearError) {
           testing::error_message_of([&] { build_run(testing::load_config(overrides), env); });
       EXPECT_NE(msg.find("distributed.domain_parallel"), std::string::npos) << msg;
     }
-    // GeoTransolver cannot shard a sample yet: it says so before any step.
+  });
+}
+
+// GeoTransolver under distributed.domain_parallel=2: each rank gets its
+// half of local_embedding and the targets, and every point of geometry and
+// local_positions for its neighbour search (Model::whole_point_inputs), and
+// the run is the one-process run on whole samples.
+TEST(DistributedTest, DomainParallelGeoTransolverIsTheOneProcessRunOnWholeSamples) {
+  if (!has_gloo_backend()) GTEST_SKIP() << "no Gloo in this build";
+  on_two_ranks([](const std::string& out, const DistributedEnv& env) {
     auto geo = tiny_run(out);
     geo.erase(geo.begin(), geo.begin() + 4);  // the Transolver sizes
     geo.push_back("model=geotransolver_small");
-    geo.push_back("distributed.domain_parallel=2");
-    const auto msg = testing::error_message_of([&] { build_run(testing::load_config(geo), env); });
-    EXPECT_NE(msg.find("GeoTransolver"), std::string::npos) << msg;
+    geo.push_back("training.num_epochs=1");
+    geo.push_back("dataset.num_train=4");
+    auto sharded_run = geo;
+    sharded_run.push_back("distributed.domain_parallel=2");
+    auto run = build_run(testing::load_config(sharded_run), env);
+    ASSERT_EQ(run->loader.whole_inputs.count("geometry"), 1u);
+    Trainer(*run).fit();
+    run->comm->barrier();
+    if (env.rank != 0) return;
+    geo.push_back("run_id=whole");
+    auto reference = build_run(testing::load_config(geo), DistributedEnv{});
+    Trainer(*reference).fit();
+    const auto sharded = train_steps(out + "/d/metrics.jsonl");
+    ASSERT_EQ(sharded.size(), 4u);
+    expect_same_steps(sharded, train_steps(out + "/whole/metrics.jsonl"));
   });
 }
 
