@@ -17,7 +17,7 @@
 #              EXACT_MODEL: transolver_volume or geotransolver_volume)
 #   mdlus      export a fine-tuned model as .mdlus; torch.load and the fixture's names check it
 #   train      3 epochs of the volume config, then TensorBoard's own reader on the logs
-#   recompute  bench at RECOMPUTE_POINTS x RECOMPUTE_MODES (training.recompute), and its sync audit
+#   recompute  bench RECOMPUTE_MODEL at RECOMPUTE_POINTS x RECOMPUTE_MODES (training.recompute), and its sync audit
 #   profile    bench --profile: device time per kernel (and the operators behind them);
 #              PROFILE_ARGS: more bench arguments (e.g. model=geotransolver_volume)
 #   multi      2 GPUs: NCCL tests, bench on 1 and 2 GPUs, a 2-rank training
@@ -188,18 +188,20 @@ stage_exact() {
 
 stage_recompute() {
   # Points per step x training.recompute (issue 19): ms/step and peak GiB.
+  # RECOMPUTE_MODEL: transolver_volume (default) or geotransolver_volume.
+  local model=${RECOMPUTE_MODEL:-transolver_volume}
   for points in ${RECOMPUTE_POINTS:-200000 1000000}; do
     for mode in ${RECOMPUTE_MODES:-none attention block}; do
-      log "recompute: bench, transolver_volume, $points points, AdamW, recompute=$mode"
-      bench --rounds 1 --steps ${RECOMPUTE_STEPS:-5} --warmup 2 --policies async \
+      log "recompute: bench, $model, $points points, AdamW, recompute=$mode"
+      bench --rounds 1 --steps ${RECOMPUTE_STEPS:-5} --warmup 2 --policies async model=$model \
         optimizer.name=adamw training.recompute=$mode dataset.num_train=2 dataset.num_val=0 \
         dataset.points_per_sample=$((points + points / 20)) dataset.sampling_resolution=$points \
         run_id=rc-$mode-$points || log "recompute: $mode at $points points FAILED"
     done
   done
   if [ -z "${RECOMPUTE_NO_AUDIT:-}" ]; then
-    log "recompute: audit, volume config, 200k points, recompute=block, 20 steps"
-    $BIN train --audit-syncs model=transolver_volume dataset=synthetic_volume training.num_epochs=1 \
+    log "recompute: audit, $model, 200k points, recompute=block, 20 steps"
+    $BIN train --audit-syncs model=$model dataset=synthetic_volume training.num_epochs=1 \
       training.steps_per_epoch=20 training.validate=false training.recompute=block \
       run_id=rc-audit 2>&1 | grep -E "Sync audit|error" | tee -a "$OUT/summary.txt"
   fi

@@ -49,6 +49,35 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
   }
 };
 
+class GeluLinearFunction : public torch::autograd::Function<GeluLinearFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h_in, const at::Tensor& w_in,
+                            const at::Tensor& b_in) {
+    const auto h = autocast_input(h_in), w = autocast_input(w_in), b = autocast_input(b_in);
+    ctx->save_for_backward({h, w});
+    ctx->saved_data["w_dtype"] = static_cast<int64_t>(w_in.scalar_type());
+    ctx->saved_data["b_dtype"] = static_cast<int64_t>(b_in.scalar_type());
+    return at::linear(at::gelu(h), w, b);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &h = saved[0], &w = saved[1];
+    const auto g = grads[0].to(h.scalar_type()).reshape({-1, w.size(0)});
+    at::Tensor gh, gw, gb;
+    if (ctx->needs_input_grad(0)) gh = at::gelu_backward(g.mm(w).view(h.sizes()), h);
+    if (ctx->needs_input_grad(1)) {
+      gw = g.t()
+               .mm(at::gelu(h).reshape({-1, w.size(1)}))
+               .to(static_cast<at::ScalarType>(ctx->saved_data["w_dtype"].toInt()));
+    }
+    if (ctx->needs_input_grad(2)) {
+      gb = column_sum(g).to(static_cast<at::ScalarType>(ctx->saved_data["b_dtype"].toInt()));
+    }
+    return {gh, gw, gb};
+  }
+};
+
 }  // namespace
 
 at::Tensor column_sum(const at::Tensor& m) {
@@ -86,6 +115,12 @@ at::Tensor column_sum(const at::Tensor& m) {
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   if (!bias.defined()) return at::linear(x, weight);
   return LinearFunction::apply(x, weight, bias);
+}
+
+at::Tensor gelu_linear(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& bias) {
+  // An autograd function's inputs must be defined tensors (LibTorch 1.13).
+  if (!bias.defined()) return at::linear(at::gelu(h), weight);
+  return GeluLinearFunction::apply(h, weight, bias);
 }
 
 }  // namespace slipstream::aero

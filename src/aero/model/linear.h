@@ -16,6 +16,13 @@ namespace slipstream::aero {
 // x (..., in), weight (out, in), bias (out) or undefined: (..., out).
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 
+// linear(gelu(h), weight, bias) (exact, erf GELU) keeping h alone for the
+// backward, which recomputes gelu(h) for the weight gradient: an MLP's
+// hidden layer is then kept once (h) rather than twice (h for GELU's
+// backward and gelu(h) for the next Linear's). The same ops as the two
+// apart, so on the CPU the same values bitwise.
+at::Tensor gelu_linear(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& bias);
+
 // The sum over rows of a (rows, width) tensor, accumulated in fp32 (fp64
 // for fp64 input), as described above: (width).
 at::Tensor column_sum(const at::Tensor& m);

@@ -54,11 +54,13 @@ torch::Tensor layer_norm(const torch::nn::LayerNormImpl& ln, const torch::Tensor
   return torch::layer_norm(x, o.normalized_shape(), ln.weight, ln.bias, o.eps());
 }
 
+// Each GELU goes with the Linear after it (gelu_linear): the hidden layers
+// are kept for the backward once, before their GELU.
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  torch::Tensor y = x;
-  for (size_t i = 0; i < layers->size(); i += 2) {
-    y = linear(*layers[i]->as<torch::nn::Linear>(), y);
-    if (i + 1 < layers->size()) y = torch::gelu(y);
+  torch::Tensor y = linear(*layers[0]->as<torch::nn::Linear>(), x);
+  for (size_t i = 2; i < layers->size(); i += 2) {
+    const auto& l = *layers[i]->as<torch::nn::Linear>();
+    y = gelu_linear(y, l.weight, l.bias);
   }
   return y;
 }

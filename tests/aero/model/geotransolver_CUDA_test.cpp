@@ -254,6 +254,60 @@ TEST(FusedContextProjectorCudaTest, FusedMatchesReferenceWithinBf16Tolerance_CUD
   }
 }
 
+// training.recompute on the fused bf16 path (the volume config, 2 blocks,
+// 8191 points): the loss and every gradient as without recompute. The
+// recomputed forward is the same ops, so they differ only by the order of
+// the kernels' atomic sums: within 1e-2 (measured against the largest
+// gradient where one is round-off of zero).
+TEST(GeoTransolverCudaTest, RecomputeOnTheFusedPathGivesTheSameGradients_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  GeoTransolverOptions o;
+  o.n_layers = 2;
+  torch::manual_seed(5);
+  GeoTransolver model(o);
+  model->to(torch::kCUDA);
+  const int64_t n = 8191;
+  const auto points = torch::rand({1, n, 3}, torch::kCUDA) * 4 - 2;
+  const auto embedding = torch::cat({points, torch::randn({1, n, 4}, torch::kCUDA)}, -1);
+  const auto u_inf = torch::tensor({1.0f, 0.0f, 0.0f}, torch::kCUDA).view({1, 1, 3});
+  auto step = [&](RecomputeOptions r, double& loss, std::map<std::string, torch::Tensor>& grads) {
+    model->set_recompute(r);
+    model->zero_grad();
+    torch::Tensor l;
+    {
+      AutocastGuard autocast(points.device(), true);
+      l = model->forward(embedding, points, points, u_inf).to(torch::kFloat).pow(2).mean();
+    }
+    l.backward();
+    loss = l.item<double>();
+    for (const auto& p : model->named_parameters()) grads[p.key()] = p.value().grad().clone();
+  };
+  double base_loss = 0;
+  std::map<std::string, torch::Tensor> base;
+  step({}, base_loss, base);
+  double largest = 0;
+  for (const auto& [name, g] : base) largest = std::max(largest, g.norm().item<double>());
+  for (const auto& r :
+       {RecomputeOptions{Recompute::kAttention, 0}, RecomputeOptions{Recompute::kBlock, 3000}}) {
+    double loss = 0;
+    std::map<std::string, torch::Tensor> grads;
+    step(r, loss, grads);
+    EXPECT_NEAR(loss, base_loss, 1e-3 * base_loss) << to_string(r.mode);
+    double worst = 0;
+    for (const auto& [name, g] : base) {
+      ASSERT_TRUE(grads.at(name).defined()) << name;
+      const double e = (grads.at(name) - g).norm().item<double>() /
+                       std::max(g.norm().item<double>(), 1e-3 * largest);
+      worst = std::max(worst, e);
+      EXPECT_LT(e, 1e-2) << to_string(r.mode) << " " << name;
+    }
+    std::printf(
+        "recompute %s (chunk %ld) on the fused path: loss %.6e vs %.6e, worst gradient %.2e\n",
+        to_string(r.mode).c_str(), static_cast<long>(r.point_chunk), loss, base_loss, worst);
+  }
+  model->set_recompute({});
+}
+
 TEST(GeoTransolverCudaTest, ReproducesPhysicsNeMoOnTheGpuInFp32_CUDA) {
   SKIP_WITHOUT_CUDA();
   for (const char* name :

@@ -49,6 +49,33 @@ TEST(LinearTest, WithoutBiasOrInputGradient) {
   EXPECT_LT(relative_error(w.grad(), torch::ones({4, 3}, torch::kDouble).t().mm(x)), 1e-13);
 }
 
+// gelu_linear is linear(gelu(h)) with the same ops: bitwise on the CPU in
+// fp32, output and every gradient, with h (B, N, C) as an MLP gives it;
+// without a bias, the plain ops.
+TEST(LinearTest, GeluLinearIsLinearOfGeluBitwise) {
+  torch::manual_seed(3);
+  const auto h0 = torch::randn({2, 37, 24}), w0 = torch::randn({10, 24}), b0 = torch::randn({10});
+  const auto up = torch::randn({2, 37, 10});
+  auto h = h0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+  auto b = b0.clone().requires_grad_(true);
+  const auto y = gelu_linear(h, w, b);
+  (y * up).sum().backward();
+  auto hr = h0.clone().requires_grad_(true), wr = w0.clone().requires_grad_(true);
+  auto br = b0.clone().requires_grad_(true);
+  const auto yr = linear(torch::gelu(hr), wr, br);
+  (yr * up).sum().backward();
+  EXPECT_TRUE(torch::equal(y, yr));
+  EXPECT_TRUE(torch::equal(h.grad(), hr.grad()));
+  EXPECT_TRUE(torch::equal(w.grad(), wr.grad()));
+  EXPECT_TRUE(torch::equal(b.grad(), br.grad()));
+  // Without a bias: the plain ops.
+  auto w2 = w0.clone().requires_grad_(true);
+  gelu_linear(h0, w2, torch::Tensor()).sum().backward();
+  EXPECT_LT(
+      relative_error(w2.grad(), torch::ones({2 * 37, 10}).t().mm(torch::gelu(h0).view({-1, 24}))),
+      1e-6);
+}
+
 TEST(LinearTest, ColumnSumFoldsRowsAndAccumulatesInFloat) {
   const auto m = torch::randn({4000, 256}).to(torch::kBFloat16);
   const auto s = column_sum(m);
