@@ -445,6 +445,7 @@ GeoTransolverImpl::GeoTransolverImpl(GeoTransolverOptions o) : options_(std::mov
   ln_mlp_out->push_back(
       torch::nn::Sequential(torch::nn::LayerNorm(torch::nn::LayerNormOptions({width})),
                             torch::nn::Linear(width, op.out_dim)));
+  set_mlp_recompute_gelu(*this, op.mlp_recompute_gelu);
 }
 
 torch::Tensor GeoTransolverImpl::Preprocess::run(const torch::Tensor& x) {

@@ -67,6 +67,7 @@ struct GeoTransolverOptions {
   std::string state_mixing_mode = "weighted";  // weighted | concat_project
   bool bf16_layer_norm = true;                 // as TransolverOptions::bf16_layer_norm
   bool fused_attention = true;                 // GALE on the fused slice kernels where they apply
+  bool mlp_recompute_gelu = true;              // as TransolverOptions::mlp_recompute_gelu
 };
 
 // Slice tokens of a set of points: (B, N, dim) -> (B, H, S, dh). On CUDA

@@ -28,6 +28,7 @@ ModelPtr build_transolver(const Config& c, const ModelShape& shape) {
   m.mlp_ratio = c.get<int64_t>("model.mlp_ratio");
   m.fused_attention = c.get<bool>("model.fused_attention");
   m.bf16_layer_norm = c.get<bool>("model.bf16_layer_norm");
+  m.mlp_recompute_gelu = c.get<bool>("model.mlp_recompute_gelu");
   for (const char* k :
        {"model.n_layers", "model.n_hidden", "model.n_head", "model.slice_num", "model.mlp_ratio"}) {
     check_positive(k, c.get<int64_t>(k));
@@ -63,6 +64,7 @@ ModelPtr build_geotransolver(const Config& c, const ModelShape& shape) {
   m.state_mixing_mode = c.get<std::string>("model.state_mixing_mode");
   m.bf16_layer_norm = c.get<bool>("model.bf16_layer_norm");
   m.fused_attention = c.get<bool>("model.fused_attention");
+  m.mlp_recompute_gelu = c.get<bool>("model.mlp_recompute_gelu");
   for (const char* k : {"model.n_layers", "model.n_hidden", "model.n_head", "model.slice_num",
                         "model.mlp_ratio", "model.n_hidden_local"}) {
     check_positive(k, c.get<int64_t>(k));

@@ -54,15 +54,19 @@ torch::Tensor layer_norm(const torch::nn::LayerNormImpl& ln, const torch::Tensor
   return torch::layer_norm(x, o.normalized_shape(), ln.weight, ln.bias, o.eps());
 }
 
-// Each GELU goes with the Linear after it (gelu_linear): the hidden layers
-// are kept for the backward once, before their GELU.
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   torch::Tensor y = linear(*layers[0]->as<torch::nn::Linear>(), x);
   for (size_t i = 2; i < layers->size(); i += 2) {
     const auto& l = *layers[i]->as<torch::nn::Linear>();
-    y = gelu_linear(y, l.weight, l.bias);
+    y = recompute_gelu ? gelu_linear(y, l.weight, l.bias) : linear(l, torch::gelu(y));
   }
   return y;
+}
+
+void set_mlp_recompute_gelu(torch::nn::Module& root, bool on) {
+  for (auto& m : root.modules(/*include_self=*/false)) {
+    if (auto* mlp = m->as<Mlp>()) mlp->recompute_gelu = on;
+  }
 }
 
 PhysicsAttentionImpl::PhysicsAttentionImpl(const TransolverOptions& o)
@@ -223,6 +227,7 @@ TransolverImpl::TransolverImpl(TransolverOptions o) : options_(o) {
   for (int64_t i = 0; i < o.n_layers; ++i) {
     blocks->push_back(TransolverBlock(o, i == o.n_layers - 1));
   }
+  set_mlp_recompute_gelu(*this, o.mlp_recompute_gelu);
   reset_parameters();
 }
 

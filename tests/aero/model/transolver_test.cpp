@@ -126,6 +126,33 @@ TEST(TransolverTest, ChunkedForwardEqualsTheWholeForwardForAnyChunk) {
   EXPECT_GT(relative_error(alone, whole.narrow(1, 0, 1)), 1e-3);
 }
 
+// model.mlp_recompute_gelu: the fixture's Transolver gives the same loss and
+// every gradient bitwise on the CPU (the same ops, GELU run again in the
+// backward), and the option reaches every Mlp.
+TEST(TransolverTest, MlpRecomputeGeluGivesTheSameLossAndGradientsBitwise) {
+  const auto f = read_safetensors(testing::fixtures_dir() + "/transolver_small.safetensors");
+  std::map<std::string, torch::Tensor> named(f.tensors.begin(), f.tensors.end());
+  std::vector<std::map<std::string, torch::Tensor>> grads(2);
+  std::vector<double> losses(2);
+  for (int on = 0; on < 2; ++on) {
+    auto o = small_options(f);
+    o.mlp_recompute_gelu = on == 1;
+    Transolver model(o);
+    model->load_named(named, "param.");
+    int64_t mlps = 0;
+    for (auto& m : model->modules(false)) {
+      if (auto* mlp = m->as<Mlp>()) mlps += mlp->recompute_gelu == (on == 1) ? 1 : -1000;
+    }
+    EXPECT_EQ(mlps, o.n_layers + 1);  // every block's and the preprocess
+    auto l = model->forward(f.at("input.embedding"), f.at("input.fx")).pow(2).mean();
+    l.backward();
+    losses[on] = l.item<double>();
+    for (const auto& p : model->named_parameters()) grads[on][p.key()] = p.value().grad();
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  for (const auto& [name, g] : grads[0]) EXPECT_TRUE(torch::equal(grads[1].at(name), g)) << name;
+}
+
 // training.recompute: the loss and every gradient are those of the run that
 // keeps everything; bitwise on the CPU for whole sub-blocks, to fp32
 // round-off when the pointwise ones go in chunks of points (the GEMMs then
