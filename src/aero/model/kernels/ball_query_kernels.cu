@@ -3,13 +3,14 @@
 #include <cuda_runtime.h>
 
 #include <cfloat>
+#include <climits>
 
 #include "aero/model/kernels/launch.h"
 
 namespace slipstream::aero::ball_query_kernels {
 namespace {
 
-constexpr int kThreads = 128;     // queries per block
+constexpr int kThreads = 128;     // 4 warps, a query each
 constexpr int kMaxDim = 1 << 20;  // cells along one axis
 
 // The grid of one batch, computed by every thread from the box alone (the
@@ -81,72 +82,71 @@ __global__ void pack_kernel(const float* __restrict__ points, const int64_t* __r
   sorted[i] = make_float4(p[0], p[1], p[2], __int_as_float(int(o)));
 }
 
+constexpr unsigned kFullWarp = 0xffffffffu;
+
 // (squared distance, index) order: the nearer first, on a tie the lower index.
-__device__ __forceinline__ bool after(float da, int ia, float db, int ib) {
-  return da > db || (da == db && ia > ib);
+__device__ __forceinline__ bool before(float da, int ia, float db, int ib) {
+  return da < db || (da == db && ia < ib);
 }
 
-// Restores the max-heap property below `pos` in heap[0, size).
-__device__ __forceinline__ void sift_down(float* d2, int* idx, int pos, int size) {
-  const float d = d2[pos];
-  const int i = idx[pos];
-  for (;;) {
-    int child = 2 * pos + 1;
-    if (child >= size) break;
-    if (child + 1 < size && after(d2[child + 1], idx[child + 1], d2[child], idx[child])) ++child;
-    if (!after(d2[child], idx[child], d, i)) break;
-    d2[pos] = d2[child];
-    idx[pos] = idx[child];
-    pos = child;
+// A query's best so far, sorted ascending in (squared distance, index),
+// spread over a warp's registers: lane l holds entries l E .. l E + E - 1,
+// unfilled ones (+inf, INT_MAX). Inserting a point is a warp-wide shift by
+// one: no memory, and no order in which points must arrive.
+template <int E>
+struct WarpList {
+  float d[E];
+  int id[E];
+  int lane;
+
+  __device__ explicit WarpList(int lane_) : lane(lane_) {
+#pragma unroll
+    for (int s = 0; s < E; ++s) d[s] = INFINITY, id[s] = INT_MAX;
   }
-  d2[pos] = d;
-  idx[pos] = i;
-}
 
-// A query's K best within the radius so far: a max-heap on (squared
-// distance, index), so admitting a point costs log K whatever the order the
-// cells are visited in.
-template <int KMAX>
-struct Best {
-  float d2[KMAX];
-  int idx[KMAX];
-  int count = 0;
-
-  __device__ void offer(float d, int id, int k) {
-    if (count < k) {  // sift up
-      int pos = count++;
-      while (pos > 0 && after(d, id, d2[(pos - 1) / 2], idx[(pos - 1) / 2])) {
-        d2[pos] = d2[(pos - 1) / 2];
-        idx[pos] = idx[(pos - 1) / 2];
-        pos = (pos - 1) / 2;
+  // Every lane calls it with the same (cd, ci).
+  __device__ void insert(float cd, int ci) {
+    int c = 0;
+#pragma unroll
+    for (int s = 0; s < E; ++s) c += before(d[s], id[s], cd, ci) ? 1 : 0;
+    const int pos = int(__reduce_add_sync(kFullWarp, unsigned(c)));
+    const float up_d = __shfl_up_sync(kFullWarp, d[E - 1], 1);
+    const int up_i = __shfl_up_sync(kFullWarp, id[E - 1], 1);
+#pragma unroll
+    for (int s = E - 1; s >= 0; --s) {
+      const int j = lane * E + s;
+      if (j > pos) {
+        d[s] = s > 0 ? d[s - 1] : up_d;
+        id[s] = s > 0 ? id[s - 1] : up_i;
+      } else if (j == pos) {
+        d[s] = cd;
+        id[s] = ci;
       }
-      d2[pos] = d;
-      idx[pos] = id;
-    } else if (after(d2[0], idx[0], d, id)) {  // nearer than the root: replace it
-      d2[0] = d;
-      idx[0] = id;
-      sift_down(d2, idx, 0, k);
     }
   }
 
-  __device__ void sort() {  // heapsort: ascending
-    for (int end = count - 1; end > 0; --end) {
-      const float d = d2[0];
-      const int i = idx[0];
-      d2[0] = d2[end];
-      idx[0] = idx[end];
-      d2[end] = d;
-      idx[end] = i;
-      sift_down(d2, idx, 0, end);
+  // Entry j, on every lane.
+  __device__ void at(int j, float& dj, int& ij) const {
+    float ld = 0.f;
+    int li = 0;
+#pragma unroll
+    for (int s = 0; s < E; ++s) {
+      if (s == j % E) ld = d[s], li = id[s];
     }
+    dj = __shfl_sync(kFullWarp, ld, j / E);
+    ij = __shfl_sync(kFullWarp, li, j / E);
   }
 };
 
-template <int KMAX>
+// One warp per query (all its control flow is the warp's, so every lane
+// takes part in each shuffle): its lanes take 32 of a run's points at a
+// time, and the points nearer than the list's K-th go into it one by one.
+template <int E>
 __global__ void __launch_bounds__(kThreads) search_kernel(Search s) {
   const int64_t batch = blockIdx.y;
-  const int64_t t = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (t >= s.m) return;
+  const int lane = threadIdx.x & 31;
+  const int64_t t = (int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 5;
+  if (t >= s.m) return;  // the whole warp
   const Geometry g = geometry_of(s.grid, batch);
   const int64_t qi = s.query_order[batch * s.m + t];
   const float* qp = s.queries + 3 * (batch * s.m + qi);
@@ -160,19 +160,32 @@ __global__ void __launch_bounds__(kThreads) search_kernel(Search s) {
   }
   const float4* pts = reinterpret_cast<const float4*>(s.sorted) + batch * s.n;
   const int64_t* start = s.cell_start + batch * (s.grid.max_cells + 1);
-  Best<KMAX> best;
+  WarpList<E> best(lane);
+  float kth_d = INFINITY;  // the K-th entry: what a point must come before
+  int kth_i = INT_MAX;
 
   const auto visit = [&](int64_t first_cell, int64_t last_cell) {  // cells [first, last]
     const int64_t end = start[last_cell + 1];
-    for (int64_t j = start[first_cell]; j < end; ++j) {
-      const float4 p = pts[j];
-      const float dx = q[0] - p.x, dy = q[1] - p.y, dz = q[2] - p.z;
-      // Rounded as the reference computes it (no fused multiply-adds).
-      const float d2 =
-          __fadd_rn(__fadd_rn(__fmul_rn(dx, dx), __fmul_rn(dy, dy)), __fmul_rn(dz, dz));
-      if (best.count == k && d2 > best.d2[0]) continue;
-      if (!(sqrtf(d2) <= radius)) continue;
-      best.offer(d2, __float_as_int(p.w), k);
+    for (int64_t j0 = start[first_cell]; j0 < end; j0 += 32) {
+      const int64_t j = j0 + lane;
+      float d2 = INFINITY;
+      int pid = INT_MAX;
+      if (j < end) {
+        const float4 p = pts[j];
+        const float dx = q[0] - p.x, dy = q[1] - p.y, dz = q[2] - p.z;
+        // Rounded as the reference computes it (no fused multiply-adds).
+        d2 = __fadd_rn(__fadd_rn(__fmul_rn(dx, dx), __fmul_rn(dy, dy)), __fmul_rn(dz, dz));
+        pid = __float_as_int(p.w);
+      }
+      const bool within = j < end && sqrtf(d2) <= radius;
+      unsigned mask = __ballot_sync(kFullWarp, within && before(d2, pid, kth_d, kth_i));
+      while (mask != 0u) {
+        const int src = __ffs(mask) - 1;
+        best.insert(__shfl_sync(kFullWarp, d2, src), __shfl_sync(kFullWarp, pid, src));
+        best.at(k - 1, kth_d, kth_i);
+        mask &= ~(1u << src);
+        mask &= __ballot_sync(kFullWarp, within && before(d2, pid, kth_d, kth_i));
+      }
     }
   };
 
@@ -205,18 +218,20 @@ __global__ void __launch_bounds__(kThreads) search_kernel(Search s) {
     if (bound == FLT_MAX) break;  // every cell visited
     bound -= g.tol;
     if (bound > radius) break;
-    if (best.count == k && bound > 0.f && best.d2[0] < bound * bound) break;
+    if (kth_d < INFINITY && bound > 0.f && kth_d < bound * bound) break;
   }
 
-  best.sort();
+  const float* src = s.points + batch * s.n * 3;
   for (int i = 0; i < s.num_scales; ++i) {
     const ScaleOut& o = s.scales[i];
     int64_t* out_i = o.indices + (batch * s.m + qi) * o.k;
     float* out_p = o.neighbors + (batch * s.m + qi) * o.k * 3;
-    const float* src = s.points + batch * s.n * 3;
-    for (int j = 0; j < o.k; ++j) {
-      const bool found = j < best.count && sqrtf(best.d2[j]) <= o.radius;
-      const int idx = found ? best.idx[j] : 0;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      const int j = lane * E + e;
+      if (j >= o.k) continue;
+      const bool found = best.d[e] < INFINITY && sqrtf(best.d[e]) <= o.radius;
+      const int idx = found ? best.id[e] : 0;
       out_i[j] = idx;
       out_p[3 * j] = found ? src[3 * idx] : 0.f;
       out_p[3 * j + 1] = found ? src[3 * idx + 1] : 0.f;
@@ -225,11 +240,11 @@ __global__ void __launch_bounds__(kThreads) search_kernel(Search s) {
   }
 }
 
-template <int KMAX>
+template <int E>
 void launch(const Search& s, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>((s.m + kThreads - 1) / kThreads),
+  const dim3 grid(static_cast<unsigned>((s.m * 32 + kThreads - 1) / kThreads),
                   static_cast<unsigned>(s.b));
-  search_kernel<KMAX><<<grid, kThreads, 0, stream>>>(s);
+  search_kernel<E><<<grid, kThreads, 0, stream>>>(s);
   kernels::check_launch("ball query", "search_kernel");
 }
 
@@ -260,16 +275,13 @@ void search(const Search& s, void* stream) {
   int k = 0;
   for (int i = 0; i < s.num_scales; ++i) k = s.scales[i].k > k ? s.scales[i].k : k;
   const auto st = static_cast<cudaStream_t>(stream);
-  if (k <= 8) {
-    launch<8>(s, st);
-  } else if (k <= 16) {
-    launch<16>(s, st);
-  } else if (k <= 32) {
-    launch<32>(s, st);
+  static_assert(kMaxNeighbors == 128, "the list spreads at most 4 entries over each lane");
+  if (k <= 32) {
+    launch<1>(s, st);
   } else if (k <= 64) {
-    launch<64>(s, st);
+    launch<2>(s, st);
   } else {
-    launch<kMaxNeighbors>(s, st);
+    launch<4>(s, st);
   }
 }
 

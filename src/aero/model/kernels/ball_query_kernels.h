@@ -12,9 +12,10 @@
 //      each cell's first point (searchsorted), and orders the queries by cell
 //      so that a warp's threads search neighbouring cells;
 //   3. pack: the sorted points as float4 (x, y, z, original index);
-//   4. search: one thread per query visits shells of cells in increasing
-//      Chebyshev distance, keeping its K best in a max-heap on (squared
-//      distance, index), and stops once no unvisited cell can hold a point
+//   4. search: one warp per query visits shells of cells in increasing
+//      Chebyshev distance, 32 points at a time, keeping its K best sorted on
+//      (squared distance, index) in the warp's registers (an insertion is a
+//      warp-wide shift), and stops once no unvisited cell can hold a point
 //      nearer than its K-th (or within R). Exact, like a scan of every point.
 // Plain C++ interface (raw device pointers, cudaStream_t as void*), like
 // slice_kernels.h.
