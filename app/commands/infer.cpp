@@ -15,6 +15,9 @@
 // The model runs in the precision its checkpoint records (fp32 on a CPU).
 // A PhysicsNeMo .mdlus (--split only) takes the config it lacks from
 // configs/ and key=value overrides, which must build the file's model.
+// Under `slipstream launch --nproc D`, --split runs each sample's points
+// split over the D ranks (exact: the same prediction as one process), and
+// rank 0 writes.
 #include "aero/infer/inference.h"
 #include "aero/interop/mdlus.h"
 #include "aero/train/run.h"
@@ -22,6 +25,7 @@
 #include "commands/field_names.h"
 #include "commands/tables.h"
 #include "core/device/device.h"
+#include "core/distributed/process_group.h"
 #include "core/io/atomic_file.h"
 #include "core/io/svg_scatter.h"
 #include "core/sinks/jsonl_sink.h"
@@ -119,12 +123,21 @@ std::string r2_note(const aero::CoefficientSummary& c) {
 int run_split(const InferOptions& o, const aero::TrainedModel& trained, c10::Device device) {
   auto dataset = aero::open_named_split(trained.spec, o.split, o.data);
   TORCH_CHECK(dataset->size() > 0, "infer: split '", o.split, "' has no samples");
+  // Over domain-parallel ranks every rank predicts every sample (its shard
+  // of the points) and rank 0 alone writes.
+  const bool writer = trained.domain_group == nullptr || trained.domain_group->rank() == 0;
+  const int ranks = trained.domain_group == nullptr ? 1 : trained.domain_group->world_size();
+  if (!writer) {
+    for (size_t i = 0; i < dataset->size(); ++i) aero::infer_sample(trained, dataset->get(i));
+    return 0;
+  }
   fs::create_directories(o.out);
   const std::string jsonl_path = o.out + "/metrics.jsonl";
   std::error_code ec;
   fs::remove(jsonl_path, ec);  // this inference's records only
   JsonlSink jsonl(jsonl_path);
   jsonl.write_document("infer_config", {{"checkpoint", trained.checkpoint.path},
+                                        {"domain_parallel", ranks},
                                         {"epoch", trained.checkpoint.position.epochs_done},
                                         {"split", o.split},
                                         {"dataset", dataset->describe()},
@@ -146,7 +159,8 @@ int run_split(const InferOptions& o, const aero::TrainedModel& trained, c10::Dev
               << (is_surface(sample) ? " cells" : " points") << " in " << r.seconds << " s ("
               << r.chunks << (r.chunks == 1 ? " pass" : " chunks")
               << (trained.model->exact_in_chunks() || r.chunks == 1 ? "" : ", approximate")
-              << ", peak " << r.peak_memory_gib << " GiB)";
+              << (ranks > 1 ? " over " + std::to_string(ranks) + " ranks" : "") << ", peak "
+              << r.peak_memory_gib << " GiB)";
     if (!r.forces_pred.empty()) {
       std::cout << ", CD " << r.forces_pred.at("CD") << " (true " << r.forces_true.at("CD")
                 << "), CL " << r.forces_pred.at("CL") << " (true " << r.forces_true.at("CL") << ")";
@@ -253,6 +267,9 @@ InferOptions with_infer_split(InferOptions o) {
   return o;
 }
 
+// Launched on several ranks (`slipstream launch --nproc D -- infer ...`),
+// they form one domain group: each sample's points are split over them
+// (TrainedModel::domain_group), for --split.
 int run_infer(const InferOptions& options, const CommandContext& context) {
   const InferOptions o = with_infer_split(options);
   TORCH_CHECK(o.run_dir.empty() != o.split.empty(),
@@ -260,10 +277,15 @@ int run_infer(const InferOptions& options, const CommandContext& context) {
   TORCH_CHECK(o.overrides.empty() || aero::is_mdlus_path(o.checkpoint),
               "infer: key=value overrides apply to a .mdlus only; a Slipstream checkpoint "
               "brings its own config");
-  const c10::Device device = resolve_device(o.device, 0);
-  const aero::TrainedModel trained = aero::is_mdlus_path(o.checkpoint)
-                                         ? load_mdlus(o, context, device)
-                                         : aero::load_trained(o.checkpoint, device);
+  const auto env = DistributedEnv::from_environment();
+  TORCH_CHECK(env.world_size == 1 || !o.split.empty(),
+              "infer: over several ranks, predict a split (--split NAME); --in RUN runs on one");
+  const c10::Device device = resolve_device(o.device, env.local_rank);
+  const auto comm = init_process_group(env, device);
+  aero::TrainedModel trained = aero::is_mdlus_path(o.checkpoint)
+                                   ? load_mdlus(o, context, device)
+                                   : aero::load_trained(o.checkpoint, device);
+  trained.domain_group = comm.get();
   if (!o.split.empty()) return run_split(o, trained, device);
 #ifdef SLIPSTREAM_WITH_VTK
   return run_single(o, trained, device);

@@ -1,6 +1,10 @@
 // The slipstream executable as a user runs it: exit codes and messages for
 // bad input, and the volume model's parameter count.
+#include "core/distributed/process_group.h"
+#include "support/multiprocess.h"
 #include "support/test_support.h"
+
+#include <nlohmann/json.hpp>
 
 #include <gtest/gtest.h>
 
@@ -10,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <vector>
 
 namespace slipstream {
 namespace {
@@ -138,6 +143,58 @@ TEST(CliTest, MakeSyntheticThenTrainFromDiskAndFailOnATruncatedSample) {
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.output.find(victim), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir.path() + "/bad/checkpoints"));
+}
+
+// infer over domain-parallel ranks: `slipstream launch --nproc D -- infer`
+// splits each sample's points over the D ranks (D not dividing them) and
+// predicts what one process does, rank 0 writing: every infer_step metric
+// within fp32 round-off, for Transolver and for GeoTransolver (whose ranks
+// keep every point's coordinates for the neighbour search).
+TEST(CliTest, InferOverDomainParallelRanksPredictsWhatOneProcessDoes) {
+  if (!has_gloo_backend()) GTEST_SKIP() << "no Gloo in this build";
+  testing::TempDir dir;
+  const auto metrics = [](const std::string& jsonl) {
+    std::vector<nlohmann::json> steps;
+    for (const auto& line : testing::read_lines(jsonl)) {
+      const auto j = nlohmann::json::parse(line);
+      if (j["phase"] == "infer_step") steps.push_back(j["metrics"]);
+    }
+    return steps;
+  };
+  for (const std::string model : {"transolver", "geotransolver"}) {
+    const std::string run = dir.path() + "/" + model;
+    const std::string sizes = model == "transolver"
+                                  ? kTiny
+                                  : " model=geotransolver_small dataset.num_train=2"
+                                    " dataset.num_val=2 dataset.points_per_sample=301"
+                                    " dataset.sampling_resolution=128 training.num_epochs=1"
+                                    " device=cpu ";
+    const auto trained = slipstream("train output_dir=" + dir.path() + " run_id=" + model + sizes);
+    ASSERT_EQ(trained.code, 0) << trained.output;
+    const std::string infer = "infer --checkpoint " + run + " --split val --device cpu --out ";
+    const auto one = slipstream(infer + run + "/one");
+    ASSERT_EQ(one.code, 0) << one.output;
+    const auto want = metrics(run + "/one/metrics.jsonl");
+    ASSERT_FALSE(want.empty());
+    for (const int ranks : {2, 3}) {
+      const std::string out = run + "/ranks" + std::to_string(ranks);
+      const auto r = slipstream("launch --nproc " + std::to_string(ranks) + " --port " +
+                                std::to_string(testing::free_port()) + " -- " + infer + out);
+      ASSERT_EQ(r.code, 0) << r.output;
+      EXPECT_NE(r.output.find("over " + std::to_string(ranks) + " ranks"), std::string::npos)
+          << r.output;
+      const auto got = metrics(out + "/metrics.jsonl");
+      ASSERT_EQ(got.size(), want.size()) << model << " " << ranks;
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_GT(want[i].size(), 3u);
+        for (const auto& [key, v] : want[i].items()) {
+          const double w = v.get<double>(), g = got[i].at(key).get<double>();
+          EXPECT_NEAR(g, w, 1e-5 * std::abs(w) + 1e-9)
+              << model << ", " << ranks << " ranks, sample " << i << " " << key;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -57,8 +57,9 @@ torch::Tensor predict_fitting(const TrainedModel& trained, const Sample& sample,
       chunks = (n + chunk - 1) / chunk;
       return trained.predict(sample, chunk);
     } catch (const c10::OutOfMemoryError&) {
-      TORCH_CHECK(surface && chunk > 1024, "infer: sample '", sample.id,
-                  "' does not fit on the device even in chunks of ", chunk, " points");
+      // Over ranks, one rank alone retrying would leave the others waiting.
+      TORCH_CHECK(surface && chunk > 1024 && trained.domain_group == nullptr, "infer: sample '",
+                  sample.id, "' does not fit on the device in chunks of ", chunk, " points");
       chunk = (chunk + 1) / 2;
       empty_device_cache(trained.device);
     }

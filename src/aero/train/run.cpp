@@ -1,6 +1,7 @@
 #include "aero/train/run.h"
 
 #include "aero/interop/mdlus.h"
+#include "aero/model/domain_parallel.h"
 
 #include "core/device/device.h"
 
@@ -425,6 +426,17 @@ torch::Tensor TrainedModel::predict(const Sample& sample, int64_t chunk) const {
   lo.fields = fields;
   lo.sampling_resolution = 0;  // every point, transforms applied
   lo.weight_field.clear();
+  Communicator* group =
+      domain_group != nullptr && domain_group->world_size() > 1 ? domain_group : nullptr;
+  TORCH_CHECK(group == nullptr || model->exact_in_chunks(), "infer: ", model->class_name(),
+              " cannot split a sample's points over ranks (it is not exact in chunks)");
+  PointShard shard{0, sample.num_points()};
+  if (group != nullptr) {  // this rank's shard of the points
+    lo.domain_rank = group->rank();
+    lo.domain_size = group->world_size();
+    for (const auto& name : model->whole_point_inputs()) lo.whole_inputs.insert(name);
+    shard = point_shard(sample.num_points(), group->rank(), group->world_size());
+  }
   const Batch full = make_host_batch(sample, lo, spec.settings.seed);
   const int64_t n = sample.num_points();
   if (model->exact_in_chunks()) {  // every point at once, in bounded memory
@@ -437,11 +449,23 @@ torch::Tensor TrainedModel::predict(const Sample& sample, int64_t chunk) const {
       inputs[name] = d;
     }
     torch::Tensor out;
-    {
+    model->set_domain_group(group);
+    try {
       AutocastGuard autocast(device, precision == Precision::kBf16);
       out = model->forward_in_chunks(inputs, chunk);
+    } catch (...) {
+      model->set_domain_group(nullptr);
+      throw;
     }
-    return denormalize_targets(out.squeeze(0).to(torch::kFloat).cpu(), sample, fields);
+    model->set_domain_group(nullptr);
+    out = out.squeeze(0).to(torch::kFloat);
+    if (group != nullptr) {  // every rank's shard into one (N, C), on every rank
+      auto whole = torch::zeros({n, out.size(1)}, out.options());
+      whole.narrow(0, shard.begin, shard.count).copy_(out);
+      group->all_reduce_sum(whole);
+      out = whole;
+    }
+    return denormalize_targets(out.cpu(), sample, fields);
   }
   auto gen = at::detail::createCPUGenerator(spec.settings.seed + 17);
   const auto order = torch::randperm(n, gen, torch::TensorOptions().dtype(torch::kLong));

@@ -131,14 +131,20 @@ struct TrainedModel {
   Precision precision = Precision::kFp32;  // what predict() runs in
   c10::Device device{c10::kCPU};
   CheckpointInfo checkpoint;
+  // Inference over domain-parallel ranks: each rank of this group runs its
+  // shard of every sample's points (point_shard, the model's
+  // whole_point_inputs whole) and every rank gets the whole prediction.
+  // Every rank must predict the same samples in the same order. Null: one
+  // process.
+  Communicator* domain_group = nullptr;
 
   // Every point of `sample` through the model (the dataset's transforms,
   // no augmentation); (N, C) in physical units, in the fields' channel
-  // order. A model exact in chunks (Transolver) sees every point at once,
-  // `chunk` points at a time (two passes a layer: the result does not depend
-  // on `chunk`); another (GeoTransolver) runs on chunks of `chunk` points
-  // drawn in a fixed random order, each spanning the whole body: an
-  // approximation wherever chunk < N.
+  // order. A model exact in chunks (Transolver, GeoTransolver) sees every
+  // point at once, `chunk` points at a time (two passes a layer: the result
+  // does not depend on `chunk`); another would run on chunks of `chunk`
+  // points drawn in a fixed random order, each spanning the whole body: an
+  // approximation wherever chunk < N (and it cannot run over ranks).
   torch::Tensor predict(const Sample& sample, int64_t chunk) const;
 };
 
