@@ -20,61 +20,39 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// linear(x) or, with `gelu`, linear(gelu(x)); either way x is what is kept
+// for the backward (with gelu: the pre-activation, its GELU recomputed there).
 class LinearFunction : public torch::autograd::Function<LinearFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_in, const at::Tensor& w_in,
-                            const at::Tensor& b_in) {
+                            const at::Tensor& b_in, bool gelu) {
     const auto x = autocast_input(x_in), w = autocast_input(w_in), b = autocast_input(b_in);
     ctx->save_for_backward({x, w});
     ctx->saved_data["w_dtype"] = static_cast<int64_t>(w_in.scalar_type());
     ctx->saved_data["b_dtype"] = static_cast<int64_t>(b_in.scalar_type());
-    return at::linear(x, w, b);
+    ctx->saved_data["gelu"] = gelu;
+    return at::linear(gelu ? at::gelu(x) : x, w, b);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &w = saved[1];
+    const bool gelu = ctx->saved_data["gelu"].toBool();
     const auto g = grads[0].to(x.scalar_type()).reshape({-1, w.size(0)});
     at::Tensor gx, gw, gb;
-    if (ctx->needs_input_grad(0)) gx = g.mm(w).view(x.sizes());
+    if (ctx->needs_input_grad(0)) {
+      gx = g.mm(w).view(x.sizes());
+      if (gelu) gx = at::gelu_backward(gx, x);
+    }
     if (ctx->needs_input_grad(1)) {
       gw = g.t()
-               .mm(x.reshape({-1, w.size(1)}))
+               .mm((gelu ? at::gelu(x) : x).reshape({-1, w.size(1)}))
                .to(static_cast<at::ScalarType>(ctx->saved_data["w_dtype"].toInt()));
     }
     if (ctx->needs_input_grad(2)) {
       gb = column_sum(g).to(static_cast<at::ScalarType>(ctx->saved_data["b_dtype"].toInt()));
     }
-    return {gx, gw, gb};
-  }
-};
-
-class GeluLinearFunction : public torch::autograd::Function<GeluLinearFunction> {
- public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h_in, const at::Tensor& w_in,
-                            const at::Tensor& b_in) {
-    const auto h = autocast_input(h_in), w = autocast_input(w_in), b = autocast_input(b_in);
-    ctx->save_for_backward({h, w});
-    ctx->saved_data["w_dtype"] = static_cast<int64_t>(w_in.scalar_type());
-    ctx->saved_data["b_dtype"] = static_cast<int64_t>(b_in.scalar_type());
-    return at::linear(at::gelu(h), w, b);
-  }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const auto &h = saved[0], &w = saved[1];
-    const auto g = grads[0].to(h.scalar_type()).reshape({-1, w.size(0)});
-    at::Tensor gh, gw, gb;
-    if (ctx->needs_input_grad(0)) gh = at::gelu_backward(g.mm(w).view(h.sizes()), h);
-    if (ctx->needs_input_grad(1)) {
-      gw = g.t()
-               .mm(at::gelu(h).reshape({-1, w.size(1)}))
-               .to(static_cast<at::ScalarType>(ctx->saved_data["w_dtype"].toInt()));
-    }
-    if (ctx->needs_input_grad(2)) {
-      gb = column_sum(g).to(static_cast<at::ScalarType>(ctx->saved_data["b_dtype"].toInt()));
-    }
-    return {gh, gw, gb};
+    return {gx, gw, gb, at::Tensor()};
   }
 };
 
@@ -114,13 +92,13 @@ at::Tensor column_sum(const at::Tensor& m) {
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   if (!bias.defined()) return at::linear(x, weight);
-  return LinearFunction::apply(x, weight, bias);
+  return LinearFunction::apply(x, weight, bias, false);
 }
 
 at::Tensor gelu_linear(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& bias) {
   // An autograd function's inputs must be defined tensors (LibTorch 1.13).
   if (!bias.defined()) return at::linear(at::gelu(h), weight);
-  return GeluLinearFunction::apply(h, weight, bias);
+  return LinearFunction::apply(h, weight, bias, true);
 }
 
 }  // namespace slipstream::aero
