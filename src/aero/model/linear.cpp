@@ -12,6 +12,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "aero/model/kernels/column_sum_kernels.h"
+#include "aero/model/kernels/gelu_kernels.h"
 #endif
 
 namespace slipstream::aero {
@@ -19,6 +20,28 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+// On CUDA for bf16: g <- gelu_backward(g, h) in place and a = gelu(h), in
+// one pass (gelu_kernels.h). False (nothing done) where the kernel does not
+// apply.
+bool fused_gelu_backward(const at::Tensor& h, at::Tensor& g, at::Tensor& a) {
+#ifdef SLIPSTREAM_WITH_CUDA
+  if (h.is_cuda() && h.scalar_type() == at::kBFloat16 && g.scalar_type() == at::kBFloat16 &&
+      h.is_contiguous() && g.is_contiguous()) {
+    auto out = at::empty_like(h);
+    if (gelu_kernels::supported(h.data_ptr(), g.data_ptr(), out.data_ptr(), h.numel())) {
+      const c10::cuda::CUDAGuard guard(h.device());
+      gelu_kernels::backward_and_forward(h.data_ptr(), g.data_ptr(), out.data_ptr(), h.numel(),
+                                         at::cuda::getCurrentCUDAStream(h.get_device()).stream());
+      a = out;
+      return true;
+    }
+  }
+#else
+  (void)h, (void)g, (void)a;
+#endif
+  return false;
+}
 
 // linear(x) or, with `gelu`, linear(gelu(x)); either way x is what is kept
 // for the backward (with gelu: the pre-activation, its GELU recomputed there).
@@ -39,14 +62,15 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
     const auto &x = saved[0], &w = saved[1];
     const bool gelu = ctx->saved_data["gelu"].toBool();
     const auto g = grads[0].to(x.scalar_type()).reshape({-1, w.size(0)});
-    at::Tensor gx, gw, gb;
+    at::Tensor gx, gw, gb, a;  // a: gelu(x), when the backward made it
     if (ctx->needs_input_grad(0)) {
       gx = g.mm(w).view(x.sizes());
-      if (gelu) gx = at::gelu_backward(gx, x);
+      if (gelu && !fused_gelu_backward(x, gx, a)) gx = at::gelu_backward(gx, x);
     }
     if (ctx->needs_input_grad(1)) {
+      if (gelu && !a.defined()) a = at::gelu(x);
       gw = g.t()
-               .mm((gelu ? at::gelu(x) : x).reshape({-1, w.size(1)}))
+               .mm((gelu ? a : x).reshape({-1, w.size(1)}))
                .to(static_cast<at::ScalarType>(ctx->saved_data["w_dtype"].toInt()));
     }
     if (ctx->needs_input_grad(2)) {

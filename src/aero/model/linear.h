@@ -20,7 +20,8 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
 // backward, which recomputes gelu(h) for the weight gradient: an MLP's
 // hidden layer is then kept once (h) rather than twice (h for GELU's
 // backward and gelu(h) for the next Linear's). The same ops as the two
-// apart, so on the CPU the same values bitwise.
+// apart, so on the CPU the same values bitwise; on CUDA for bf16, GELU's
+// backward and its recompute run as one pass (gelu_kernels.h).
 at::Tensor gelu_linear(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& bias);
 
 // The sum over rows of a (rows, width) tensor, accumulated in fp32 (fp64

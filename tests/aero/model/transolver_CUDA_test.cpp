@@ -28,6 +28,41 @@ namespace {
 
 using testing::relative_error;
 
+// gelu_linear on CUDA in bf16, where GELU's backward and its recompute run
+// as one kernel (gelu_kernels.h), against linear(gelu(h)) through ATen's
+// GELU kernels: the output bitwise (the forward is the same ops) and every
+// gradient within 1e-3 relative (the two GELU kernels round the same fp32
+// formulas; a compiler may contract them differently). Sizes the kernel
+// takes (n a multiple of 8) and one it leaves to ATen.
+TEST(GeluLinearCudaTest, FusedGeluBackwardMatchesAten_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  for (const int64_t width : {1792, 36, 3}) {
+    torch::manual_seed(width);
+    const auto opts = torch::dtype(torch::kBFloat16).device(torch::kCUDA);
+    const auto h0 = torch::randn({1, 20001, width}, opts) * 3;
+    const auto w0 = torch::randn({448, width}, opts) * 0.05;
+    const auto b0 = torch::randn({448}, opts);
+    const auto up = torch::randn({1, 20001, 448}, opts);
+    auto h = h0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+    auto b = b0.clone().requires_grad_(true);
+    const auto y = gelu_linear(h, w, b);
+    (y.to(torch::kFloat) * up.to(torch::kFloat)).sum().backward();
+    auto hr = h0.clone().requires_grad_(true), wr = w0.clone().requires_grad_(true);
+    auto br = b0.clone().requires_grad_(true);
+    const auto yr = linear(torch::gelu(hr), wr, br);
+    (yr.to(torch::kFloat) * up.to(torch::kFloat)).sum().backward();
+    EXPECT_TRUE(torch::equal(y, yr)) << width;
+    const double eh = relative_error(h.grad().to(torch::kFloat), hr.grad().to(torch::kFloat));
+    const double ew = relative_error(w.grad().to(torch::kFloat), wr.grad().to(torch::kFloat));
+    const double eb = relative_error(b.grad().to(torch::kFloat), br.grad().to(torch::kFloat));
+    std::printf("gelu_linear width %ld: gradient relative error h %.2e, W %.2e, b %.2e\n",
+                static_cast<long>(width), eh, ew, eb);
+    EXPECT_LT(eh, 1e-3) << width;
+    EXPECT_LT(ew, 1e-3) << width;
+    EXPECT_LT(eb, 1e-3) << width;
+  }
+}
+
 TEST(LayerNormInAutocastDtypeTest, StaysInBf16UnderAutocastOnly_CUDA) {
   SKIP_WITHOUT_CUDA();
   torch::manual_seed(5);
