@@ -105,10 +105,9 @@ class SliceTokensFunction : public torch::autograd::Function<SliceTokensFunction
     const auto tokens = ctx->saved_data["tokens"].toTensor();
     const auto [grad_sums, grad_norm] =
         token_grads(in, grads[0], tokens, ctx->saved_data["denom"].toTensor());
-    // No deslice here: its term of dL/dw (gout os^T) is zero.
-    const auto r =
-        slice_ops::backward(in, ctx->saved_data["lse"].toTensor(), fx_mid, at::zeros_like(x_mid),
-                            at::zeros_like(tokens), grad_sums, grad_norm);
+    // No deslice here: its term of dL/dw (gout os^T) is absent.
+    const auto r = slice_ops::backward(in, ctx->saved_data["lse"].toTensor(), fx_mid, at::Tensor(),
+                                       at::Tensor(), grad_sums, grad_norm);
     auto out = slice_weight_grads(r, in, saved[2]);
     out.emplace_back();  // eps
     return out;

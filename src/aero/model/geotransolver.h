@@ -141,7 +141,8 @@ TORCH_MODULE(GlobalContextBuilder);
 // GALE. On CUDA under bf16 autocast (fused_attention on) the slice ->
 // self/cross-attention -> deslice runs as one fused_slice_mix
 // (fused_physics_attention.h), each head padded with zeros to the kernels'
-// head size (slice_ops::kernel_dim: 56 runs at 64) through zero-padded
+// head size (slice_ops::kernel_dim: the volume config's 56 runs as it is;
+// 40 or 48 would run at 56) through zero-padded
 // copies of the projection weights, so no activation is copied to pad it;
 // the plain path below is the reference. force_fused takes the fused path
 // on any device (on the CPU its ATen decomposition): for tests.

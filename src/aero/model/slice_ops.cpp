@@ -106,7 +106,7 @@ bool kernels_apply(c10::Device device, c10::ScalarType dtype, int64_t dim, int64
 }
 
 int64_t kernel_dim(int64_t dim) {
-  for (int64_t d : {16, 32, 64}) {
+  for (int64_t d : {16, 32, 56, 64}) {
     if (dim <= d) return d;
   }
   return dim;
@@ -169,6 +169,8 @@ BackwardResult backward(const Weights& in, const at::Tensor& lse, const at::Tens
                         const at::Tensor& gout, const at::Tensor& os, const at::Tensor& gs,
                         const at::Tensor& gnorm) {
   check_shapes(in);
+  TORCH_CHECK(gout.defined() == os.defined(),
+              "slice ops: backward takes gout and os both or neither");
 #ifdef SLIPSTREAM_WITH_CUDA
   if (kernels_apply(in.x, in.ws.size(0))) {
     const c10::cuda::CUDAGuard guard(in.x.device());
@@ -177,14 +179,16 @@ BackwardResult backward(const Weights& in, const at::Tensor& lse, const at::Tens
                      at::empty(in.x.sizes(), in.x.options()), zeros_f32(in.x, {g, d}),
                      zeros_f32(in.x, {g}), zeros_f32(in.x, {h})};
     auto k = kernel_inputs(in, lse);
-    const auto fxb = bf16(fx), gob = bf16(gout), osb = bf16(os), gsb = bf16(gs);
+    const bool deslice = gout.defined();
+    const auto fxb = bf16(fx), gsb = bf16(gs);
+    const auto gob = deslice ? bf16(gout) : at::Tensor(), osb = deslice ? bf16(os) : at::Tensor();
     const auto gn = f32(gnorm);
     auto dot = at::empty({in.x.size(0), h, in.x.size(1)}, in.x.options().dtype(at::kFloat));
-    slice_kernels::backward(k.problem, fxb.data_ptr(), gob.data_ptr(), osb.data_ptr(),
-                            gsb.data_ptr(), gn.data_ptr<float>(), r.grad_x.data_ptr(),
-                            r.grad_fx.data_ptr(), r.grad_ws.data_ptr<float>(),
-                            r.grad_bias.data_ptr<float>(), r.tau_acc.data_ptr<float>(),
-                            dot.data_ptr<float>());
+    slice_kernels::backward(k.problem, fxb.data_ptr(), deslice ? gob.data_ptr() : nullptr,
+                            deslice ? osb.data_ptr() : nullptr, gsb.data_ptr(),
+                            gn.data_ptr<float>(), r.grad_x.data_ptr(), r.grad_fx.data_ptr(),
+                            r.grad_ws.data_ptr<float>(), r.grad_bias.data_ptr<float>(),
+                            r.tau_acc.data_ptr<float>(), dot.data_ptr<float>());
     return r;
   }
 #endif
@@ -193,8 +197,8 @@ BackwardResult backward(const Weights& in, const at::Tensor& lse, const at::Tens
   const auto w = weights_from(z, lse);
   const auto gs_t = gs.to(t);
   // dL/dw = gout os^T + fx gs^T + gnorm
-  auto dw = at::einsum("bnhd,bhgd->bnhg", {gout.to(t), os.to(t)}) +
-            at::einsum("bnhd,bhgd->bnhg", {fx.to(t), gs_t}) + gnorm.to(t).unsqueeze(1);
+  auto dw = at::einsum("bnhd,bhgd->bnhg", {fx.to(t), gs_t}) + gnorm.to(t).unsqueeze(1);
+  if (gout.defined()) dw = dw + at::einsum("bnhd,bhgd->bnhg", {gout.to(t), os.to(t)});
   const auto gz = w * (dw - (w * dw).sum(-1, /*keepdim=*/true));
   const auto gl = gz / in.tau.to(t).view({1, 1, -1, 1});
   BackwardResult r;

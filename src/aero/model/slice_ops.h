@@ -28,8 +28,8 @@ bool kernels_apply(const at::Tensor& x, int64_t slices);
 // `dim` wide per head.
 bool kernels_apply(c10::Device device, c10::ScalarType dtype, int64_t dim, int64_t slices);
 
-// The head size the kernels run a head of `dim` at: the next of 16, 32 and
-// 64 (dim itself above 64, where no kernel applies). A layer whose heads
+// The head size the kernels run a head of `dim` at: the next of 16, 32, 56
+// and 64 (dim itself above 64, where no kernel applies). A layer whose heads
 // are narrower pads each head with zero columns to it: a zero column adds
 // nothing to the slice logits and its slice tokens, outputs and gradients
 // are zero, so the result is the unpadded one.
@@ -54,7 +54,8 @@ struct BackwardResult {
   at::Tensor tau_acc;          // (H) fp32: sum of dL/dz * z per head
 };
 // See slice_kernels::backward: gout (B,N,H,D), os and gs (B,H,G,D), gnorm
-// (B,H,G).
+// (B,H,G). gout and os undefined: no deslice (slice tokens alone), their
+// term of dL/dw left out.
 BackwardResult backward(const Weights& in, const at::Tensor& lse, const at::Tensor& fx,
                         const at::Tensor& gout, const at::Tensor& os, const at::Tensor& gs,
                         const at::Tensor& gnorm);

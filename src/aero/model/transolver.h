@@ -45,7 +45,7 @@ struct TransolverOptions {
   double slice_norm_eps = 1e-2;
   // Run slice -> attention -> deslice through fused_physics_attention (CUDA
   // kernels that keep no points x heads x slices tensor) where its kernels
-  // apply: CUDA, bf16 autocast, dim_head 16/32/64, slices a multiple of 16
+  // apply: CUDA, bf16 autocast, dim_head 16/32/56/64, slices a multiple of 16
   // up to 256. Elsewhere, and when false, the plain LibTorch path.
   bool fused_attention = true;
   // Under bf16 autocast, LayerNorm in bf16 (fused_layer_norm.h: bf16 in and

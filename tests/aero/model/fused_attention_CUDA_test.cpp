@@ -50,7 +50,8 @@ Result step(PhysicsAttention& a, const torch::Tensor& x_in, const torch::Tensor&
 
 using testing::relative_error;
 
-// (channels, heads, slices, points): dim_head 32, 16 and 64.
+// (channels, heads, slices, points): dim_head 32, 16, 64 and 56 (its last 8
+// columns an 8-wide step of the products over D).
 using Case = std::tuple<int64_t, int64_t, int64_t, int64_t>;
 class FusedAttentionCudaTest : public ::testing::TestWithParam<Case> {};
 
@@ -104,7 +105,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FusedAttentionCudaTest,
                                            Case{256, 8, 256, 33}, Case{256, 8, 256, 1000},
                                            Case{256, 8, 256, 70001}, Case{64, 4, 32, 77},
                                            Case{64, 4, 32, 4099}, Case{128, 2, 128, 2050},
-                                           Case{128, 2, 48, 513}));
+                                           Case{128, 2, 48, 513}, Case{448, 8, 256, 70001},
+                                           Case{112, 2, 64, 4099}, Case{224, 4, 48, 33}));
 
 TEST(FusedAttentionCudaSyncTest, ForwardAndBackwardMakeNoSynchronizingCall_CUDA) {
   SKIP_WITHOUT_CUDA();

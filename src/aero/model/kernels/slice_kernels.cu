@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace slipstream::aero::slice_kernels {
 namespace {
@@ -136,6 +137,43 @@ __device__ inline void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The last 8 of D when D % 16 == 8 (D = 56): an m16n8k8 product, whose A
+// fragment is the first two registers of the m16n8k16 one and whose B
+// fragment is its first register.
+__device__ inline void mma_1688(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(b0));
+}
+
+// Head sizes are multiples of 8. Products with k = D run in steps of 16;
+// when D % 16 == 8 the last step is 8 wide (half_step). Products with n = D
+// run over D / 8 tiles of 8.
+__host__ __device__ constexpr int ksteps(int d) { return (d + 15) / 16; }
+
+template <int D>
+__device__ inline constexpr bool half_step(int k) {
+  return D % 16 == 8 && k == D / 16;
+}
+
+// c += a b over step k of D (a: an A fragment, b0, b1: the B fragment).
+template <int D>
+__device__ inline void mma_k(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                             int k) {
+  if (half_step<D>(k)) {
+    mma_1688(c, a[0], a[1], b0);
+  } else {
+    mma_16816(c, a, b0, b1);
+  }
+}
+
+// The pitch (in bf16) of a shared-memory matrix with rows of D: an odd
+// number of 16-byte pieces, so that the eight rows of an ldmatrix land on
+// distinct banks.
+__host__ __device__ constexpr int row_pitch(int d) { return (d / 8) % 2 == 1 ? d : d + 8; }
+
 // The transpose of an 8 x 8 bf16 block held one row pair per lane.
 __device__ inline uint32_t transpose8(uint32_t v) {
   uint32_t t;
@@ -165,6 +203,20 @@ __device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16* p) {
                : "r"(a));
 }
 
+__device__ inline void ldmatrix_x2(uint32_t (&r)[2], const bf16* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(a));
+}
+
+__device__ inline void ldmatrix_x2_trans(uint32_t (&r)[2], const bf16* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(a));
+}
+
 // Two B fragments pairs from a row-major matrix in shared memory, rows the
 // n index: r[0], r[1] are the fragment (k = col0 .. col0 + 15, n = row0 ..
 // row0 + 7), r[2], r[3] the one for n = row0 + 8 .. row0 + 15.
@@ -173,12 +225,35 @@ __device__ inline void b_frags_x4(uint32_t (&r)[4], const bf16* m, int ld, int r
   ldmatrix_x4(r, m + (row0 + 8 * (lane / 16) + lane % 8) * ld + col0 + 8 * (lane / 8 % 2));
 }
 
+// The same for an 8-wide k step (cols col0 .. col0 + 7 only): r[0] for n =
+// row0 .. row0 + 7, r[2] for the next 8 rows; r[1], r[3] zero.
+__device__ inline void b_frags_half(uint32_t (&r)[4], const bf16* m, int ld, int row0, int col0,
+                                    int lane) {
+  uint32_t t[2];
+  ldmatrix_x2(t, m + (row0 + 8 * (lane / 8 % 2) + lane % 8) * ld + col0);
+  r[0] = t[0];
+  r[1] = 0u;
+  r[2] = t[1];
+  r[3] = 0u;
+}
+
+// Step k of D (cols 16 k ..) of rows row0 .. row0 + 15 as B fragments.
+template <int D>
+__device__ inline void b_frags_k(uint32_t (&r)[4], const bf16* m, int ld, int row0, int k,
+                                 int lane) {
+  if (half_step<D>(k)) {
+    b_frags_half(r, m, ld, row0, 16 * k, lane);
+  } else {
+    b_frags_x4(r, m, ld, row0, 16 * k, lane);
+  }
+}
+
 constexpr int kRegWarps = 8;
 constexpr int kRegThreads = kRegWarps * 32;
 
-// Shared memory of the register kernels: ws (G x D, pitch D + 8), bias2
-// (G) and, for expand, z transposed (D x G, pitch G + 8). The pitches put
-// the 32 lanes of each fragment load on 32 different banks.
+// Shared memory of the register kernels: ws (G x D, pitch row_pitch(D)),
+// bias2 (G) and, for expand, z transposed (D x G, pitch G + 8). The pitches
+// put the 32 lanes of each fragment load on 32 different banks.
 struct RegPlan {
   int ldk, ldg;
   size_t ws, bias, zt, bytes;
@@ -186,7 +261,7 @@ struct RegPlan {
 
 __host__ __device__ inline RegPlan make_reg_plan(int d, int g, bool with_z) {
   RegPlan pl{};
-  pl.ldk = d + 8;
+  pl.ldk = row_pitch(d);
   pl.ldg = g + 8;
   size_t off = 0;
   pl.ws = take(off, size_t(g) * pl.ldk * sizeof(bf16));
@@ -198,18 +273,20 @@ __host__ __device__ inline RegPlan make_reg_plan(int d, int g, bool with_z) {
 
 // A warp's view of one 16-point tile: rows a = lane/4 and b = a + 8.
 // Rows na and nb = na + 8 (lane/4 and lane/4 + 8 of a 16-point tile) of a
-// (B, N, H, D) tensor as A fragments (k = D); zero for rows past the end.
+// (B, N, H, D) tensor as A fragments (k = D); zero for rows past the end
+// and for the missing half of a half step.
 template <int D>
 __device__ inline void read_a_frags(const bf16* base, const Head& hd, int64_t na, int64_t nb,
-                                    bool va, bool vb, int c0, uint32_t (&a)[D / 16][4]) {
+                                    bool va, bool vb, int c0, uint32_t (&a)[ksteps(D)][4]) {
   const bf16* ra = base + hd.row(va ? na : 0);
   const bf16* rb = base + hd.row(vb ? nb : 0);
 #pragma unroll
-  for (int k = 0; k < D / 16; ++k) {
+  for (int k = 0; k < ksteps(D); ++k) {
+    const bool whole = !half_step<D>(k);
     a[k][0] = va ? load_u32(ra + 16 * k + c0) : 0u;
     a[k][1] = vb ? load_u32(rb + 16 * k + c0) : 0u;
-    a[k][2] = va ? load_u32(ra + 16 * k + c0 + 8) : 0u;
-    a[k][3] = vb ? load_u32(rb + 16 * k + c0 + 8) : 0u;
+    a[k][2] = va && whole ? load_u32(ra + 16 * k + c0 + 8) : 0u;
+    a[k][3] = vb && whole ? load_u32(rb + 16 * k + c0 + 8) : 0u;
   }
 }
 
@@ -217,8 +294,8 @@ template <int D>
 struct PointTile {
   int64_t na, nb;
   bool va, vb;
-  uint32_t x[D / 16][4];  // the tile's x rows as A fragments (k = D)
-  float la, lb;           // the rows' lse (read when asked)
+  uint32_t x[ksteps(D)][4];  // the tile's x rows as A fragments (k = D)
+  float la, lb;              // the rows' lse (read when asked)
 
   __device__ PointTile(const Problem& p, const Head& hd, int64_t t, int lane, bool read_lse) {
     const int r0 = lane / 4, c0 = 2 * (lane % 4);
@@ -237,14 +314,14 @@ struct PointTile {
   __device__ void logits(const bf16* ws, int ldk, const float* bias2, float scale2, int s0,
                          int lane, float (&z)[2][4]) const {
     const int c0 = 2 * (lane % 4);
-    uint32_t b[D / 16][4];
+    uint32_t b[ksteps(D)][4];
 #pragma unroll
-    for (int k = 0; k < D / 16; ++k) b_frags_x4(b[k], ws, ldk, s0, 16 * k, lane);
+    for (int k = 0; k < ksteps(D); ++k) b_frags_k<D>(b[k], ws, ldk, s0, k, lane);
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       float c[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-      for (int k = 0; k < D / 16; ++k) mma_16816(c, x[k], b[k][2 * j], b[k][2 * j + 1]);
+      for (int k = 0; k < ksteps(D); ++k) mma_k<D>(c, x[k], b[k][2 * j], b[k][2 * j + 1], k);
       const float b0 = bias2[s0 + 8 * j + c0], b1 = bias2[s0 + 8 * j + c0 + 1];
       z[j][0] = fmaf(c[0], scale2, b0);
       z[j][1] = fmaf(c[1], scale2, b1);
@@ -377,7 +454,7 @@ __device__ inline void cp_async_wait() {
 }
 
 // One pipeline stage of 64 points: T (B, N, H, D) bf16 tensors (64 rows of
-// D each, pitch D + 8: the eight 16-byte rows of an ldmatrix land on
+// D each, pitch row_pitch(D): the eight 16-byte rows of an ldmatrix land on
 // distinct banks) and S (B, H, N) fp32 per-point values.
 template <int T, int S>
 struct Stage {
@@ -388,7 +465,7 @@ struct Stage {
 template <int T, int S>
 __host__ __device__ inline Stage<T, S> make_stage(int d) {
   Stage<T, S> st{};
-  st.ldx = d + 8;
+  st.ldx = row_pitch(d);
   size_t off = 0;
   for (int i = 0; i < T; ++i) st.mat[i] = take(off, size_t(kStagePoints) * st.ldx * sizeof(bf16));
   for (int i = 0; i < S; ++i) st.vec[i] = take(off, kStagePoints * sizeof(float));
@@ -461,41 +538,61 @@ __device__ inline const bf16* tile_addr(const bf16* m, int ld, int rb, int col, 
 }
 
 // A stage tile as B fragments (k = the 16 points, n = D in 8-wide tiles).
+// (Lanes 0 - 15 of tile_addr address the first 8 columns alone.)
 template <int D>
 __device__ inline void tile_b_frags(const bf16* m, int ld, int rb, int lane,
                                     uint32_t (&b)[D / 8][2]) {
 #pragma unroll
-  for (int k = 0; k < D / 16; ++k) {
-    uint32_t t[4];
-    ldmatrix_x4_trans(t, tile_addr(m, ld, rb, 16 * k, lane));
-    b[2 * k][0] = t[0];
-    b[2 * k][1] = t[1];
-    b[2 * k + 1][0] = t[2];
-    b[2 * k + 1][1] = t[3];
+  for (int k = 0; k < ksteps(D); ++k) {
+    if (half_step<D>(k)) {
+      uint32_t t[2];
+      ldmatrix_x2_trans(t, tile_addr(m, ld, rb, 16 * k, lane));
+      b[2 * k][0] = t[0];
+      b[2 * k][1] = t[1];
+    } else {
+      uint32_t t[4];
+      ldmatrix_x4_trans(t, tile_addr(m, ld, rb, 16 * k, lane));
+      b[2 * k][0] = t[0];
+      b[2 * k][1] = t[1];
+      b[2 * k + 1][0] = t[2];
+      b[2 * k + 1][1] = t[3];
+    }
   }
 }
 
 // A stage tile as A fragments (m = the 16 points, k = D).
 template <int D>
 __device__ inline void tile_a_frags(const bf16* m, int ld, int rb, int lane,
-                                    uint32_t (&a)[D / 16][4]) {
+                                    uint32_t (&a)[ksteps(D)][4]) {
 #pragma unroll
-  for (int k = 0; k < D / 16; ++k) ldmatrix_x4(a[k], tile_addr(m, ld, rb, 16 * k, lane));
+  for (int k = 0; k < ksteps(D); ++k) {
+    if (half_step<D>(k)) {
+      uint32_t t[2];
+      ldmatrix_x2(t, tile_addr(m, ld, rb, 16 * k, lane));
+      a[k][0] = t[0];
+      a[k][1] = t[1];
+      a[k][2] = 0u;
+      a[k][3] = 0u;
+    } else {
+      ldmatrix_x4(a[k], tile_addr(m, ld, rb, 16 * k, lane));
+    }
+  }
 }
 
 // A chunk's (16 slices from s) rows of a (G, D) bf16 matrix in global
 // memory as B fragments (k = D, n = slices): f[j][k][0..1] for the 8-slice
 // tiles j = 0, 1. Zero-cost to hold for a warp that owns the chunk.
 template <int D>
-__device__ inline void chunk_b_frags(const bf16* m, int s, int lane, uint32_t (&f)[2][D / 16][2]) {
+__device__ inline void chunk_b_frags(const bf16* m, int s, int lane,
+                                     uint32_t (&f)[2][ksteps(D)][2]) {
   const int r0 = lane / 4, c0 = 2 * (lane % 4);
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
     const bf16* row = m + (s + 8 * j + r0) * D + c0;
 #pragma unroll
-    for (int k = 0; k < D / 16; ++k) {
+    for (int k = 0; k < ksteps(D); ++k) {
       f[j][k][0] = load_u32(row + 16 * k);
-      f[j][k][1] = load_u32(row + 16 * k + 8);
+      f[j][k][1] = half_step<D>(k) ? 0u : load_u32(row + 16 * k + 8);
     }
   }
 }
@@ -555,7 +652,7 @@ __global__ void __launch_bounds__(kRegThreads)
   const int r0 = lane / 4, c0 = 2 * (lane % 4), chunks = g / 16;
 
   const float scale2 = kLog2e / p.tau[hd.h];
-  uint32_t wsb[kOwnedChunks][2][D / 16][2];
+  uint32_t wsb[kOwnedChunks][2][ksteps(D)][2];
   float b2[kOwnedChunks][2][2];
 #pragma unroll
   for (int i = 0; i < kOwnedChunks; ++i) {
@@ -579,7 +676,7 @@ __global__ void __launch_bounds__(kRegThreads)
     const float* ls = reinterpret_cast<const float*>(buf + st.vec[0]);
 #pragma unroll 1
     for (int rb = 0; rb < kStagePoints; rb += kRowTile) {
-      uint32_t xa[D / 16][4], yb[D / 8][2];
+      uint32_t xa[ksteps(D)][4], yb[D / 8][2];
       tile_a_frags<D>(xs, st.ldx, rb, lane, xa);
       tile_b_frags<D>(ys, st.ldx, rb, lane, yb);
       const float la2 = ls[rb + r0] * kLog2e, lb2 = ls[rb + r0 + 8] * kLog2e;
@@ -591,7 +688,9 @@ __global__ void __launch_bounds__(kRegThreads)
         for (int j = 0; j < 2; ++j) {
           float c[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-          for (int k = 0; k < D / 16; ++k) mma_16816(c, xa[k], wsb[i][j][k][0], wsb[i][j][k][1]);
+          for (int k = 0; k < ksteps(D); ++k) {
+            mma_k<D>(c, xa[k], wsb[i][j][k][0], wsb[i][j][k][1], k);
+          }
           w[j][0] = exp2_approx(fmaf(c[0], scale2, b2[i][j][0]) - la2);
           w[j][1] = exp2_approx(fmaf(c[1], scale2, b2[i][j][1]) - la2);
           w[j][2] = exp2_approx(fmaf(c[2], scale2, b2[i][j][0]) - lb2);
@@ -641,10 +740,16 @@ __global__ void __launch_bounds__(kRegThreads)
                               pack_bf16(w[1][0], w[1][1]), pack_bf16(w[1][2], w[1][3])};
 #pragma unroll
       for (int dt = 0; dt < D / 8; dt += 2) {
-        uint32_t b[4];
-        b_frags_x4(b, rb.zt, pl.ldg, 8 * dt, s0, lane);
-        mma_16816(acc[dt], pw, b[0], b[1]);
-        mma_16816(acc[dt + 1], pw, b[2], b[3]);
+        if (dt + 1 < D / 8) {
+          uint32_t b[4];
+          b_frags_x4(b, rb.zt, pl.ldg, 8 * dt, s0, lane);
+          mma_16816(acc[dt], pw, b[0], b[1]);
+          mma_16816(acc[dt + 1], pw, b[2], b[3]);
+        } else {  // an odd number of 8-wide tiles (D = 56): the last alone
+          uint32_t b[2];
+          ldmatrix_x2(b, rb.zt + (8 * dt + lane % 8) * pl.ldg + s0 + 8 * (lane / 8 % 2));
+          mma_16816(acc[dt], pw, b[0], b[1]);
+        }
       }
     }
     tile.store(out, hd, lane, acc);
@@ -654,13 +759,20 @@ __global__ void __launch_bounds__(kRegThreads)
 // ---- the backward kernels ----
 //
 // backward_kernel, row ownership: per 16-point tile a warp makes two
-// passes over the chunks of 16 slices, recomputing the logits and dL/dw =
-// gout os^T + fx gs^T + gnorm each time:
-//   pass 1: the weights; dot = sum_g w dL/dw per point (written out),
-//           grad_fx = w gs;
-//   pass 2: dL/dz = w (dL/dw - dot), grad_x = (dL/dz / tau) ws, tau's sum.
-// The B operands whose k runs over slices (ws and gs, stored slices x D)
-// come through ldmatrix.trans.
+// passes over the chunks of 16 slices, recomputing the logits each time:
+//   pass 1: the weights; grad_fx = w gs, y = w os (the forward's deslice
+//           output) and sum_g w gnorm, from which the per-point
+//           dot = sum_g w dL/dw = gout . y + fx . grad_fx + sum_g w gnorm
+//           (written out), with no dL/dw formed;
+//   pass 2: dL/dw = gout os^T + fx gs^T + gnorm, dL/dz = w (dL/dw - dot),
+//           grad_x = (dL/dz / tau) ws, tau's sum.
+// Pass 1's weights enter its three sums rounded to bf16, as the MMAs take
+// them, in the gnorm sum too: grad_fx and sum_g w gnorm nearly cancel in
+// dot (as fx gs^T and gnorm do in dL/dw), and only do so with the same
+// weights on both. Without a deslice (a context projector's slice tokens:
+// kDeslice false) the gout terms are zero and left out, gout and os unread.
+// The B operands whose k runs over slices (ws, os and gs, stored slices x
+// D) come through ldmatrix.trans.
 // weight_grad_kernel, column ownership (the reduce's pipeline): each warp
 // owns one chunk of slices and sums over points grad_ws = (dL/dz / tau)^T
 // x and grad_bias = sum (dL/dz / tau), recomputing the weights and dL/dw
@@ -677,19 +789,26 @@ __device__ inline void slice_b_frags(const bf16* m, int ldk, int s0, int lane,
   const int blk = lane / 8, i = lane % 8;
 #pragma unroll
   for (int dt = 0; dt < D / 8; dt += 2) {
-    uint32_t r[4];
-    ldmatrix_x4_trans(r, m + (s0 + 8 * (blk % 2) + i) * ldk + 8 * (dt + blk / 2));
-    b[dt][0] = r[0];
-    b[dt][1] = r[1];
-    b[dt + 1][0] = r[2];
-    b[dt + 1][1] = r[3];
+    if (dt + 1 < D / 8) {
+      uint32_t r[4];
+      ldmatrix_x4_trans(r, m + (s0 + 8 * (blk % 2) + i) * ldk + 8 * (dt + blk / 2));
+      b[dt][0] = r[0];
+      b[dt][1] = r[1];
+      b[dt + 1][0] = r[2];
+      b[dt + 1][1] = r[3];
+    } else {  // an odd number of 8-wide tiles: lanes 0 - 15 address the last
+      uint32_t r[2];
+      ldmatrix_x2_trans(r, m + (s0 + 8 * (blk % 2) + i) * ldk + 8 * dt);
+      b[dt][0] = r[0];
+      b[dt][1] = r[1];
+    }
   }
 }
 
 constexpr int kBackWarps = 8;
 constexpr int kBackThreads = kBackWarps * 32;
 
-// ws, os, gs (G x D bf16, pitch D + 8), bias2 and gnorm.
+// ws, os, gs (G x D bf16, pitch row_pitch(D)), bias2 and gnorm.
 struct BackPlan {
   int ldk;
   size_t ws, os, gs, bias, gnorm, bytes;
@@ -697,7 +816,7 @@ struct BackPlan {
 
 __host__ __device__ inline BackPlan make_back_plan(int d, int g) {
   BackPlan pl{};
-  pl.ldk = d + 8;
+  pl.ldk = row_pitch(d);
   size_t off = 0;
   const size_t mat = size_t(g) * pl.ldk * sizeof(bf16);
   pl.ws = take(off, mat);
@@ -730,7 +849,25 @@ __device__ inline void add_points_slices(float (&acc)[D / 8][4], const float (&v
   for (int dt = 0; dt < D / 8; ++dt) mma_16816(acc[dt], a, b[dt][0], b[dt][1]);
 }
 
+// The lane's part of the dot products of rows a, b of A fragments (k = D)
+// with a 16 x D C-fragment accumulator of the same rows: the 8-wide column
+// tile dt of the accumulator is half dt % 2 of the fragment's step dt / 2.
 template <int D>
+__device__ inline void add_row_dots(float (&dot)[2], const uint32_t (&a)[ksteps(D)][4],
+                                    const float (&acc)[D / 8][4]) {
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) {
+    const uint32_t ra = a[dt / 2][2 * (dt % 2)], rb = a[dt / 2][2 * (dt % 2) + 1];
+    const float2 va = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&ra));
+    const float2 vb = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&rb));
+    dot[0] += va.x * acc[dt][0] + va.y * acc[dt][1];
+    dot[1] += vb.x * acc[dt][2] + vb.y * acc[dt][3];
+  }
+}
+
+__device__ inline float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
+template <int D, bool kDeslice>
 __global__ void __launch_bounds__(kBackThreads, 2)
     backward_kernel(Problem p, const bf16* __restrict__ fx, const bf16* __restrict__ gout,
                     const bf16* __restrict__ os_in, const bf16* __restrict__ gs_in,
@@ -738,7 +875,7 @@ __global__ void __launch_bounds__(kBackThreads, 2)
                     bf16* __restrict__ grad_fx, float* __restrict__ dot_out,
                     float* __restrict__ tau_acc, int tiles_per_block) {
   extern __shared__ __align__(128) unsigned char smem[];
-  constexpr int W = kBackWarps;
+  constexpr int W = kBackWarps, KS = ksteps(D);
   const int g = static_cast<int>(p.slices);
   const BackPlan pl = make_back_plan(D, g);
   const Head hd = block_head(p, D, g);
@@ -749,7 +886,7 @@ __global__ void __launch_bounds__(kBackThreads, 2)
   float* gnorm = at<float>(smem, pl.gnorm);
   const int64_t mat = hd.bh * int64_t(g) * D;
   load_matrix<D, W>(ws, pl.ldk, static_cast<const bf16*>(p.ws), g);
-  load_matrix<D, W>(os, pl.ldk, os_in + mat, g);
+  if (kDeslice) load_matrix<D, W>(os, pl.ldk, os_in + mat, g);
   load_matrix<D, W>(gs, pl.ldk, gs_in + mat, g);
   for (int i = threadIdx.x; i < g; i += kBackThreads) gnorm[i] = gnorm_in[hd.bh * g + i];
   const float scale2 = load_bias2<W>(bias2, p, hd.h, g);
@@ -762,50 +899,32 @@ __global__ void __launch_bounds__(kBackThreads, 2)
   const auto [t0, t1] = block_tiles(p, tiles_per_block, kRowTile);
   for (int64_t t = t0 + warp; t < t1; t += W) {
     const PointTile<D> tile(p, hd, t, lane, true);
-    uint32_t go[D / 16][4], fv[D / 16][4];
-    read_a_frags<D>(gout, hd, tile.na, tile.nb, tile.va, tile.vb, c0, go);
-    read_a_frags<D>(fx, hd, tile.na, tile.nb, tile.va, tile.vb, c0, fv);
-    // A chunk's logits z2, weights w and dL/dw (layout as in logits()).
-    const auto chunk = [&](int s0, float(&z)[2][4], float(&w)[2][4], float(&dl)[2][4]) {
-      tile.logits(ws, pl.ldk, bias2, scale2, s0, lane, z);
-      tile.weights(z, w);
-      uint32_t ob[D / 16][4], gb[D / 16][4];
-#pragma unroll
-      for (int k = 0; k < D / 16; ++k) {
-        b_frags_x4(ob[k], os, pl.ldk, s0, 16 * k, lane);
-        b_frags_x4(gb[k], gs, pl.ldk, s0, 16 * k, lane);
-      }
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        float c[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-        for (int k = 0; k < D / 16; ++k) {
-          mma_16816(c, go[k], ob[k][2 * j], ob[k][2 * j + 1]);
-          mma_16816(c, fv[k], gb[k][2 * j], gb[k][2 * j + 1]);
-        }
-        const float n0 = gnorm[s0 + 8 * j + c0], n1 = gnorm[s0 + 8 * j + c0 + 1];
-        dl[j][0] = c[0] + n0;
-        dl[j][1] = c[1] + n1;
-        dl[j][2] = c[2] + n0;
-        dl[j][3] = c[3] + n1;
-      }
-    };
 
     // Pass 1.
-    float dot[2] = {0.f, 0.f};  // rows a, b
+    float dot[2] = {0.f, 0.f};  // rows a, b: here sum_g w gnorm
     {
-      float afx[D / 8][4] = {};
+      float afx[D / 8][4] = {}, ay[D / 8][4] = {};
       for (int s0 = 0; s0 < g; s0 += 16) {
-        float z[2][4], w[2][4], dl[2][4];
-        chunk(s0, z, w, dl);
+        float z[2][4], w[2][4];
+        tile.logits(ws, pl.ldk, bias2, scale2, s0, lane, z);
+        tile.weights(z, w);
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
-          dot[0] += w[j][0] * dl[j][0] + w[j][1] * dl[j][1];
-          dot[1] += w[j][2] * dl[j][2] + w[j][3] * dl[j][3];
+          const float n0 = gnorm[s0 + 8 * j + c0], n1 = gnorm[s0 + 8 * j + c0 + 1];
+          dot[0] += round_bf16(w[j][0]) * n0 + round_bf16(w[j][1]) * n1;
+          dot[1] += round_bf16(w[j][2]) * n0 + round_bf16(w[j][3]) * n1;
         }
         add_points_slices<D>(afx, w, gs, pl.ldk, s0, lane);
+        if (kDeslice) add_points_slices<D>(ay, w, os, pl.ldk, s0, lane);
       }
       tile.store(grad_fx, hd, lane, afx);
+      uint32_t a[KS][4];
+      read_a_frags<D>(fx, hd, tile.na, tile.nb, tile.va, tile.vb, c0, a);
+      add_row_dots<D>(dot, a, afx);
+      if (kDeslice) {
+        read_a_frags<D>(gout, hd, tile.na, tile.nb, tile.va, tile.vb, c0, a);
+        add_row_dots<D>(dot, a, ay);
+      }
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {  // the four lanes of a row hold its columns
@@ -818,15 +937,32 @@ __global__ void __launch_bounds__(kBackThreads, 2)
     }
 
     // Pass 2.
+    uint32_t go[KS][4], fv[KS][4];
+    if (kDeslice) read_a_frags<D>(gout, hd, tile.na, tile.nb, tile.va, tile.vb, c0, go);
+    read_a_frags<D>(fx, hd, tile.na, tile.nb, tile.va, tile.vb, c0, fv);
     float ax[D / 8][4] = {};
     for (int s0 = 0; s0 < g; s0 += 16) {
-      float z[2][4], w[2][4], dl[2][4], gl[2][4];
-      chunk(s0, z, w, dl);
+      float z[2][4], w[2][4], gl[2][4];
+      tile.logits(ws, pl.ldk, bias2, scale2, s0, lane, z);
+      tile.weights(z, w);
+      uint32_t ob[KS][4], gb[KS][4];
+#pragma unroll
+      for (int k = 0; k < KS; ++k) {
+        if (kDeslice) b_frags_k<D>(ob[k], os, pl.ldk, s0, k, lane);
+        b_frags_k<D>(gb[k], gs, pl.ldk, s0, k, lane);
+      }
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
+        float c[4] = {0.f, 0.f, 0.f, 0.f};  // dL/dw - gnorm
+#pragma unroll
+        for (int k = 0; k < KS; ++k) {
+          if (kDeslice) mma_k<D>(c, go[k], ob[k][2 * j], ob[k][2 * j + 1], k);
+          mma_k<D>(c, fv[k], gb[k][2 * j], gb[k][2 * j + 1], k);
+        }
+        const float n[2] = {gnorm[s0 + 8 * j + c0], gnorm[s0 + 8 * j + c0 + 1]};
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const float gz = w[j][e] * (dl[j][e] - dot[e / 2]);  // dL/dz
+          const float gz = w[j][e] * (c[e] + n[e % 2] - dot[e / 2]);  // dL/dz
           tau_sum += gz * z[j][e];
           gl[j][e] = gz * inv_tau;  // dL/dlogits
         }
@@ -840,8 +976,9 @@ __global__ void __launch_bounds__(kBackThreads, 2)
 }
 
 // grad_ws and grad_bias (see above): the chunk of warp w is blockIdx.z W +
-// w; stages hold x, gout, fx, lse (+inf past the end: zero weights) and dot.
-template <int D>
+// w; stages hold x, fx, gout (with a deslice), lse (+inf past the end: zero
+// weights) and dot.
+template <int D, bool kDeslice>
 __global__ void __launch_bounds__(kRegThreads)
     weight_grad_kernel(Problem p, const bf16* __restrict__ gout, const bf16* __restrict__ fx,
                        const bf16* __restrict__ os_in, const bf16* __restrict__ gs_in,
@@ -849,8 +986,9 @@ __global__ void __launch_bounds__(kRegThreads)
                        float* __restrict__ grad_ws, float* __restrict__ grad_bias,
                        int stages_per_block) {
   extern __shared__ __align__(128) unsigned char smem[];
+  constexpr int KS = ksteps(D), T = kDeslice ? 3 : 2;
   const int g = static_cast<int>(p.slices);
-  const auto st = make_stage<3, 2>(D);
+  const auto st = make_stage<T, 2>(D);
   const Head hd = block_head(p, D, g);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int r0 = lane / 4, c0 = 2 * (lane % 4);
@@ -861,9 +999,9 @@ __global__ void __launch_bounds__(kRegThreads)
   // The chunk's ws, os and gs as B fragments (k = D), bias2 and gnorm.
   const float scale2 = kLog2e / p.tau[hd.h], inv_tau = 1.0f / p.tau[hd.h];
   const int64_t mat = hd.bh * int64_t(g) * D;
-  uint32_t wsb[2][D / 16][2], osb[2][D / 16][2], gsb[2][D / 16][2];
+  uint32_t wsb[2][KS][2], osb[2][KS][2], gsb[2][KS][2];
   chunk_b_frags<D>(static_cast<const bf16*>(p.ws), s, lane, wsb);
-  chunk_b_frags<D>(os_in + mat, s, lane, osb);
+  if (kDeslice) chunk_b_frags<D>(os_in + mat, s, lane, osb);
   chunk_b_frags<D>(gs_in + mat, s, lane, gsb);
   float b2[2][2], gn[2][2];
 #pragma unroll
@@ -877,21 +1015,22 @@ __global__ void __launch_bounds__(kRegThreads)
 
   float acc[D / 8][4] = {};
   float cs[2][2] = {};  // grad_bias of slices s + 8 j + c0 + e, over the lane's rows
-  const StageSources<3, 2> src{
-      {static_cast<const bf16*>(p.x), gout, fx}, {p.lse, dot}, {INFINITY, 0.0f}};
+  StageSources<T, 2> src{{static_cast<const bf16*>(p.x), fx}, {p.lse, dot}, {INFINITY, 0.0f}};
+  if constexpr (kDeslice) src.mat[2] = gout;
   const auto [s0, s1] = block_tiles(p, stages_per_block, kStagePoints);
   run_stages<D>(st, src, smem, hd, s0, s1, [&](const unsigned char* buf) {
     if (!owner) return;
     const bf16* xs = reinterpret_cast<const bf16*>(buf + st.mat[0]);
-    const bf16* gos = reinterpret_cast<const bf16*>(buf + st.mat[1]);
-    const bf16* fxs = reinterpret_cast<const bf16*>(buf + st.mat[2]);
+    const bf16* fxs = reinterpret_cast<const bf16*>(buf + st.mat[1]);
     const float* ls = reinterpret_cast<const float*>(buf + st.vec[0]);
     const float* ds = reinterpret_cast<const float*>(buf + st.vec[1]);
 #pragma unroll 1
     for (int rb = 0; rb < kStagePoints; rb += kRowTile) {
-      uint32_t xa[D / 16][4], ga[D / 16][4], fa[D / 16][4], xb[D / 8][2];
+      uint32_t xa[KS][4], ga[KS][4], fa[KS][4], xb[D / 8][2];
       tile_a_frags<D>(xs, st.ldx, rb, lane, xa);
-      tile_a_frags<D>(gos, st.ldx, rb, lane, ga);
+      if constexpr (kDeslice) {
+        tile_a_frags<D>(reinterpret_cast<const bf16*>(buf + st.mat[T - 1]), st.ldx, rb, lane, ga);
+      }
       tile_a_frags<D>(fxs, st.ldx, rb, lane, fa);
       tile_b_frags<D>(xs, st.ldx, rb, lane, xb);
       const float la2 = ls[rb + r0] * kLog2e, lb2 = ls[rb + r0 + 8] * kLog2e;
@@ -901,10 +1040,10 @@ __global__ void __launch_bounds__(kRegThreads)
       for (int j = 0; j < 2; ++j) {
         float c[4] = {0.f, 0.f, 0.f, 0.f}, d[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-        for (int k = 0; k < D / 16; ++k) {
-          mma_16816(c, xa[k], wsb[j][k][0], wsb[j][k][1]);
-          mma_16816(d, ga[k], osb[j][k][0], osb[j][k][1]);
-          mma_16816(d, fa[k], gsb[j][k][0], gsb[j][k][1]);
+        for (int k = 0; k < KS; ++k) {
+          mma_k<D>(c, xa[k], wsb[j][k][0], wsb[j][k][1], k);
+          if (kDeslice) mma_k<D>(d, ga[k], osb[j][k][0], osb[j][k][1], k);
+          mma_k<D>(d, fa[k], gsb[j][k][0], gsb[j][k][1], k);
         }
         // dL/dlogits = w (dL/dw - dot) / tau
         gl[j][0] = exp2_approx(fmaf(c[0], scale2, b2[j][0]) - la2) * (d[0] + gn[j][0] - da);
@@ -992,85 +1131,94 @@ void expand_d(const Problem& p, const void* z, void* out) {
   check_launch("expand");
 }
 
+template <int D, bool kDeslice>
+void backward_dd(const Problem& p, const bf16* fx, const bf16* gout, const bf16* os, const bf16* gs,
+                 const float* gnorm, void* grad_x, void* grad_fx, float* grad_ws, float* grad_bias,
+                 float* tau_acc, float* dot) {
+  const auto stream = static_cast<cudaStream_t>(p.stream);
+  const size_t smem = make_back_plan(D, static_cast<int>(p.slices)).bytes;
+  int per = 0;
+  const dim3 grid =
+      launch_grid(backward_kernel<D, kDeslice>, kBackThreads, smem, p, &per, kRowTile);
+  backward_kernel<D, kDeslice>
+      <<<grid, kBackThreads, smem, stream>>>(p, fx, gout, os, gs, gnorm, static_cast<bf16*>(grad_x),
+                                             static_cast<bf16*>(grad_fx), dot, tau_acc, per);
+  check_launch("backward");
+  // One warp per chunk of 16 slices: ceil(chunks / W) blocks per stage run.
+  const int splits = static_cast<int>((p.slices / 16 + kRegWarps - 1) / kRegWarps);
+  const size_t stage_smem = make_stage < kDeslice ? 3 : 2, 2 > (D).bytes * kStages;
+  const dim3 wgrid = launch_grid(weight_grad_kernel<D, kDeslice>, kRegThreads, stage_smem, p, &per,
+                                 kStagePoints, splits);
+  weight_grad_kernel<D, kDeslice><<<wgrid, kRegThreads, stage_smem, stream>>>(
+      p, gout, fx, os, gs, gnorm, dot, grad_ws, grad_bias, per);
+  check_launch("weight gradient");
+}
+
 template <int D>
 void backward_d(const Problem& p, const void* fx, const void* gout, const void* os, const void* gs,
                 const float* gnorm, void* grad_x, void* grad_fx, float* grad_ws, float* grad_bias,
                 float* tau_acc, float* dot) {
   if (p.points == 0) return;
-  const auto stream = static_cast<cudaStream_t>(p.stream);
   const auto* fx_b = static_cast<const bf16*>(fx);
   const auto* gout_b = static_cast<const bf16*>(gout);
   const auto* os_b = static_cast<const bf16*>(os);
   const auto* gs_b = static_cast<const bf16*>(gs);
-  const size_t smem = make_back_plan(D, static_cast<int>(p.slices)).bytes;
-  int per = 0;
-  const dim3 grid = launch_grid(backward_kernel<D>, kBackThreads, smem, p, &per, kRowTile);
-  backward_kernel<D><<<grid, kBackThreads, smem, stream>>>(
-      p, fx_b, gout_b, os_b, gs_b, gnorm, static_cast<bf16*>(grad_x), static_cast<bf16*>(grad_fx),
-      dot, tau_acc, per);
-  check_launch("backward");
-  // One warp per chunk of 16 slices: ceil(chunks / W) blocks per stage run.
-  const int splits = static_cast<int>((p.slices / 16 + kRegWarps - 1) / kRegWarps);
-  const size_t stage_smem = make_stage<3, 2>(D).bytes * kStages;
-  const dim3 wgrid =
-      launch_grid(weight_grad_kernel<D>, kRegThreads, stage_smem, p, &per, kStagePoints, splits);
-  weight_grad_kernel<D><<<wgrid, kRegThreads, stage_smem, stream>>>(
-      p, gout_b, fx_b, os_b, gs_b, gnorm, dot, grad_ws, grad_bias, per);
-  check_launch("weight gradient");
+  if (gout == nullptr) {
+    backward_dd<D, false>(p, fx_b, nullptr, nullptr, gs_b, gnorm, grad_x, grad_fx, grad_ws,
+                          grad_bias, tau_acc, dot);
+  } else {
+    backward_dd<D, true>(p, fx_b, gout_b, os_b, gs_b, gnorm, grad_x, grad_fx, grad_ws, grad_bias,
+                         tau_acc, dot);
+  }
+}
+
+// Calls f.template operator()<D>() for the head size of p.
+template <typename F>
+void with_dim(const Problem& p, F&& f) {
+  switch (p.dim) {
+    case 16:
+      f(std::integral_constant<int, 16>{});
+      break;
+    case 32:
+      f(std::integral_constant<int, 32>{});
+      break;
+    case 56:
+      f(std::integral_constant<int, 56>{});
+      break;
+    default:
+      f(std::integral_constant<int, 64>{});
+      break;
+  }
 }
 
 }  // namespace
 
 bool supported(int64_t dim, int64_t slices) {
-  return (dim == 16 || dim == 32 || dim == 64) && slices >= 16 && slices <= kMaxSlices &&
-         slices % 16 == 0;
+  return (dim == 16 || dim == 32 || dim == 56 || dim == 64) && slices >= 16 &&
+         slices <= kMaxSlices && slices % 16 == 0;
 }
 
 void reduce(const Problem& p, const void* y, float* acc, float* colsum, bool compute_lse) {
   check_problem(p);
-  switch (p.dim) {
-    case 16:
-      reduce_d<16>(p, y, acc, colsum, compute_lse);
-      break;
-    case 32:
-      reduce_d<32>(p, y, acc, colsum, compute_lse);
-      break;
-    default:
-      reduce_d<64>(p, y, acc, colsum, compute_lse);
-      break;
-  }
+  with_dim(p, [&](auto d) { reduce_d<decltype(d)::value>(p, y, acc, colsum, compute_lse); });
 }
 
 void expand(const Problem& p, const void* z, void* out) {
   check_problem(p);
-  switch (p.dim) {
-    case 16:
-      expand_d<16>(p, z, out);
-      break;
-    case 32:
-      expand_d<32>(p, z, out);
-      break;
-    default:
-      expand_d<64>(p, z, out);
-      break;
-  }
+  with_dim(p, [&](auto d) { expand_d<decltype(d)::value>(p, z, out); });
 }
 
 void backward(const Problem& p, const void* fx, const void* gout, const void* os, const void* gs,
               const float* gnorm, void* grad_x, void* grad_fx, float* grad_ws, float* grad_bias,
               float* tau_acc, float* dot) {
   check_problem(p);
-  switch (p.dim) {
-    case 16:
-      backward_d<16>(p, fx, gout, os, gs, gnorm, grad_x, grad_fx, grad_ws, grad_bias, tau_acc, dot);
-      break;
-    case 32:
-      backward_d<32>(p, fx, gout, os, gs, gnorm, grad_x, grad_fx, grad_ws, grad_bias, tau_acc, dot);
-      break;
-    default:
-      backward_d<64>(p, fx, gout, os, gs, gnorm, grad_x, grad_fx, grad_ws, grad_bias, tau_acc, dot);
-      break;
+  if ((gout == nullptr) != (os == nullptr)) {
+    throw std::invalid_argument("slice kernels: backward needs gout and os both or neither");
   }
+  with_dim(p, [&](auto d) {
+    backward_d<decltype(d)::value>(p, fx, gout, os, gs, gnorm, grad_x, grad_fx, grad_ws, grad_bias,
+                                   tau_acc, dot);
+  });
 }
 
 }  // namespace slipstream::aero::slice_kernels

@@ -34,7 +34,7 @@ struct Problem {
 };
 
 // True when the kernels handle this head size and slice count
-// (dim_head 16, 32 or 64; slices a multiple of 16, at most 256).
+// (dim_head 16, 32, 56 or 64; slices a multiple of 16, at most 256).
 bool supported(int64_t dim, int64_t slices);
 
 // acc[b,h,g,:] += sum_n w[n,g] y[n,:]; colsum[b,h,g] += sum_n w[n,g] when
@@ -53,6 +53,8 @@ void expand(const Problem& p, const void* z, void* out);
 // tau_acc[h] += sum (dL/dz) * z (the caller turns it into dL/dtau). dot:
 // (B, H, N) fp32 scratch (the per-point sum_g w dL/dw, passed from the
 // kernel that forms grad_x to the one that forms grad_ws and grad_bias).
+// gout and os both null: no deslice (a context projector's slice tokens),
+// dL/dw = fx gs^T + gnorm.
 void backward(const Problem& p, const void* fx, const void* gout, const void* os, const void* gs,
               const float* gnorm, void* grad_x, void* grad_fx, float* grad_ws, float* grad_bias,
               float* tau_acc, float* dot);
