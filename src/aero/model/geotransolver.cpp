@@ -2,6 +2,7 @@
 
 #include "aero/model/ball_query.h"
 #include "aero/model/fused_physics_attention.h"
+#include "aero/model/linear.h"
 #include "aero/model/numerics.h"
 #include "aero/model/slice_ops.h"
 
@@ -279,8 +280,10 @@ torch::Tensor GaleAttentionImpl::forward(const torch::Tensor& x_in, const torch:
   const auto x = autocast_input(x_in);
   if (domain_group == nullptr && uses_fused(x)) return forward_fused(x, context);
   const int64_t b = x.size(0), n = x.size(1);
-  const auto x_mid = linear(*in_project_x, x).view({b, n, heads, dim_head});
-  const auto fx_mid = linear(*in_project_fx, x).view({b, n, heads, dim_head});
+  const auto [xm, fxm] = linear_pair(x, in_project_x->weight, in_project_x->bias,
+                                     in_project_fx->weight, in_project_fx->bias);
+  const auto x_mid = xm.view({b, n, heads, dim_head});
+  const auto fx_mid = fxm.view({b, n, heads, dim_head});
   const auto [w, tokens] = slice(*in_project_slice, temperature, x_mid, fx_mid, domain_group);
   return deslice(w, mix_with_parameters(tokens, context));
 }
@@ -330,8 +333,9 @@ torch::Tensor GaleAttentionImpl::forward_fused(const torch::Tensor& x,
   const int64_t dp = slice_ops::kernel_dim(d);
   const auto [wx, bx] = pad_head_rows(*in_project_x, heads, d, dp);
   const auto [wf, bf] = pad_head_rows(*in_project_fx, heads, d, dp);
-  const auto x_mid = linear(x, wx, bx).view({b, n, heads, dp});
-  const auto fx_mid = linear(x, wf, bf).view({b, n, heads, dp});
+  const auto [xm, fxm] = linear_pair(x, wx, bx, wf, bf);
+  const auto x_mid = xm.view({b, n, heads, dp});
+  const auto fx_mid = fxm.view({b, n, heads, dp});
   // The leaves of the mix, in order: Wqkv, then with a context the cross
   // projections, the mixing weights and the context itself.
   std::vector<torch::Tensor> leaves{qkv_project->weight};

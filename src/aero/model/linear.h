@@ -11,10 +11,20 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <utility>
+
 namespace slipstream::aero {
 
 // x (..., in), weight (out, in), bias (out) or undefined: (..., out).
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+
+// linear(x, w1, b1) and linear(x, w2, b2) of one x (two projections of
+// it), the same values as the two apart; in the backward x's gradient is
+// made in one buffer, the second product accumulated into the first by the
+// GEMM, rather than two summed by autograd. Both biases defined.
+std::pair<at::Tensor, at::Tensor> linear_pair(const at::Tensor& x, const at::Tensor& w1,
+                                              const at::Tensor& b1, const at::Tensor& w2,
+                                              const at::Tensor& b2);
 
 // linear(gelu(h), weight, bias) (exact, erf GELU) keeping h alone for the
 // backward, which recomputes gelu(h) for the weight gradient: an MLP's

@@ -101,8 +101,10 @@ torch::Tensor PhysicsAttentionImpl::forward(const torch::Tensor& x_in) {
   const int64_t b = x_in.size(0), n = x_in.size(1);
   // Both input projections read x: cast it once under autocast.
   const auto x = autocast_input(x_in);
-  auto x_mid = linear(*in_project_x, x).view({b, n, heads, dim_head});
-  auto fx_mid = linear(*in_project_fx, x).view({b, n, heads, dim_head});
+  auto [xm, fxm] = linear_pair(x, in_project_x->weight, in_project_x->bias, in_project_fx->weight,
+                               in_project_fx->bias);
+  auto x_mid = xm.view({b, n, heads, dim_head});
+  auto fx_mid = fxm.view({b, n, heads, dim_head});
   torch::Tensor out;
   if (domain_group == nullptr && uses_fused(x_mid)) {
     out = fused_physics_attention(

@@ -49,6 +49,44 @@ TEST(LinearTest, WithoutBiasOrInputGradient) {
   EXPECT_LT(relative_error(w.grad(), torch::ones({4, 3}, torch::kDouble).t().mm(x)), 1e-13);
 }
 
+// linear_pair is two at::linear of one x: outputs and every gradient, with
+// both outputs used, and with only the second (the first's gradient
+// undefined: its weight and bias get none, x only the second's).
+TEST(LinearTest, LinearPairIsTwoLinearsOfOneInput) {
+  const auto f64 = torch::dtype(torch::kDouble);
+  torch::manual_seed(5);
+  const auto x0 = torch::randn({2, 19, 6}, f64);
+  const auto w10 = torch::randn({11, 6}, f64), b10 = torch::randn({11}, f64);
+  const auto w20 = torch::randn({4, 6}, f64), b20 = torch::randn({4}, f64);
+  const auto up1 = torch::randn({2, 19, 11}, f64), up2 = torch::randn({2, 19, 4}, f64);
+  for (const bool both : {true, false}) {
+    SCOPED_TRACE(both ? "both outputs used" : "the second alone");
+    auto leaves = [&] {
+      return std::vector<torch::Tensor>{
+          x0.clone().requires_grad_(true), w10.clone().requires_grad_(true),
+          b10.clone().requires_grad_(true), w20.clone().requires_grad_(true),
+          b20.clone().requires_grad_(true)};
+    };
+    auto got = leaves(), want = leaves();
+    const auto [y1, y2] = linear_pair(got[0], got[1], got[2], got[3], got[4]);
+    const auto r1 = torch::linear(want[0], want[1], want[2]);
+    const auto r2 = torch::linear(want[0], want[3], want[4]);
+    EXPECT_LT(relative_error(y1, r1), 1e-13);
+    EXPECT_LT(relative_error(y2, r2), 1e-13);
+    ((both ? (y1 * up1).sum() : torch::zeros({}, f64)) + (y2 * up2).sum()).backward();
+    ((both ? (r1 * up1).sum() : torch::zeros({}, f64)) + (r2 * up2).sum()).backward();
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (!both && (i == 1 || i == 2)) {
+        EXPECT_FALSE(got[i].grad().defined() && got[i].grad().abs().max().item<double>() > 0)
+            << "leaf " << i;
+        continue;
+      }
+      EXPECT_LT(relative_error(got[i].grad(), want[i].grad()), 1e-13) << "leaf " << i;
+    }
+  }
+  EXPECT_THROW(linear_pair(x0, w10, b10, w20, torch::Tensor()), c10::Error);
+}
+
 // gelu_linear is linear(gelu(h)) with the same ops: bitwise on the CPU in
 // fp32, output and every gradient, with h (B, N, C) as an MLP gives it;
 // without a bias, the plain ops.
