@@ -20,6 +20,7 @@
 #   recompute  bench RECOMPUTE_MODEL at RECOMPUTE_POINTS x RECOMPUTE_MODES (training.recompute), and its sync audit
 #   profile    bench --profile: device time per kernel (and the operators behind them);
 #              PROFILE_ARGS: more bench arguments (e.g. model=geotransolver_volume)
+#   gemm       cuBLAS (through PyTorch) per operand layout at the GALE layer's shapes
 #   multi      2 GPUs: NCCL tests, bench on 1 and 2 GPUs, a 2-rank training
 #   torchrun   2 GPUs through torchrun
 # Usage: bash scripts/gpu_check.sh build test bench
@@ -237,8 +238,13 @@ stage_profile() {
   log "profile: one AdamW round's kernels, fused (volume config)"
   bench --rounds 1 --steps 6 --warmup 4 optimizer.name=adamw run_id=profile --profile \
     --policies async ${PROFILE_ARGS:-}
-  python3 scripts/trace_ops.py runs/bench-profile-kernel_trace.json 14 10 2>&1 \
+  python3 scripts/trace_ops.py runs/bench-profile-kernel_trace.json ${PROFILE_KERNELS:-14} 10 2>&1 \
     | tee -a "$OUT/summary.txt"
+}
+
+stage_gemm() {
+  log "gemm: cuBLAS per operand layout, the GALE layer's shapes at 200k rows"
+  python3 scripts/gemm_layouts.py 200000 2>&1 | tee -a "$OUT/summary.txt"
 }
 
 stage_multi() {
