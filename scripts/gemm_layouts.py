@@ -47,6 +47,10 @@ for out, inp in [(448, 448), (1792, 448), (448, 1792), (896, 448)]:
     acc = torch.zeros(M, inp, device=dev, dtype=bf)
     report(f"{tag} grad x   acc.addmm_(g, w) (accumulating)",
            timed(lambda: acc.addmm_(g, w)), flop)
+    report(f"{tag} grad x   acc.addmm_(g, wt^T) (accumulating, w stored transposed)",
+           timed(lambda: acc.addmm_(g, wt.t())), flop)
+    report(f"{tag} grad x   acc.add_(g.mm(wt^T)) (a GEMM, then an add)",
+           timed(lambda: acc.add_(g.mm(wt.t()))), flop)
 # The two projections of a GALE layer (in_project_x, in_project_fx) as one.
 x = torch.randn(M, 448, device=dev, dtype=bf)
 w2 = torch.randn(896, 448, device=dev, dtype=bf)
