@@ -759,18 +759,19 @@ __global__ void __launch_bounds__(kRegThreads)
 // ---- the backward kernels ----
 //
 // backward_kernel, row ownership: per 16-point tile a warp makes two
-// passes over the chunks of 16 slices, recomputing the logits each time:
-//   pass 1: the weights; grad_fx = w gs, y = w os (the forward's deslice
-//           output) and sum_g w gnorm, from which the per-point
-//           dot = sum_g w dL/dw = gout . y + fx . grad_fx + sum_g w gnorm
-//           (written out), with no dL/dw formed;
-//   pass 2: dL/dw = gout os^T + fx gs^T + gnorm, dL/dz = w (dL/dw - dot),
-//           grad_x = (dL/dz / tau) ws, tau's sum.
-// Pass 1's weights enter its three sums rounded to bf16, as the MMAs take
-// them, in the gnorm sum too: grad_fx and sum_g w gnorm nearly cancel in
-// dot (as fx gs^T and gnorm do in dL/dw), and only do so with the same
-// weights on both. Without a deslice (a context projector's slice tokens:
-// kDeslice false) the gout terms are zero and left out, gout and os unread.
+// passes over the chunks of 16 slices, recomputing the logits and dL/dw =
+// gout os^T + fx gs^T + gnorm each time:
+//   pass 1: the weights; dot = sum_g w dL/dw per point (written out),
+//           grad_fx = w gs;
+//   pass 2: dL/dz = w (dL/dw - dot), grad_x = (dL/dz / tau) ws, tau's sum.
+// The dot is made from the same fp32 weights and dL/dw as pass 2 uses, so
+// that sum_g dL/dz is zero per point but for fp32 round-off. (Made instead
+// as gout . y + fx . grad_fx + sum_g w gnorm, from sums pass 1 forms with
+// bf16-rounded weights, it saved a third of pass 1's MMAs but made the
+// temperature's gradient, a largely cancelling sum over all points and
+// slices, up to 3.7x less accurate.) Without a deslice (a context
+// projector's slice tokens: kDeslice false) the gout terms are zero and
+// left out, gout and os unread.
 // The B operands whose k runs over slices (ws, os and gs, stored slices x
 // D) come through ldmatrix.trans.
 // weight_grad_kernel, column ownership (the reduce's pipeline): each warp
@@ -849,24 +850,6 @@ __device__ inline void add_points_slices(float (&acc)[D / 8][4], const float (&v
   for (int dt = 0; dt < D / 8; ++dt) mma_16816(acc[dt], a, b[dt][0], b[dt][1]);
 }
 
-// The lane's part of the dot products of rows a, b of A fragments (k = D)
-// with a 16 x D C-fragment accumulator of the same rows: the 8-wide column
-// tile dt of the accumulator is half dt % 2 of the fragment's step dt / 2.
-template <int D>
-__device__ inline void add_row_dots(float (&dot)[2], const uint32_t (&a)[ksteps(D)][4],
-                                    const float (&acc)[D / 8][4]) {
-#pragma unroll
-  for (int dt = 0; dt < D / 8; ++dt) {
-    const uint32_t ra = a[dt / 2][2 * (dt % 2)], rb = a[dt / 2][2 * (dt % 2) + 1];
-    const float2 va = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&ra));
-    const float2 vb = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&rb));
-    dot[0] += va.x * acc[dt][0] + va.y * acc[dt][1];
-    dot[1] += vb.x * acc[dt][2] + vb.y * acc[dt][3];
-  }
-}
-
-__device__ inline float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
-
 template <int D, bool kDeslice>
 __global__ void __launch_bounds__(kBackThreads, 2)
     backward_kernel(Problem p, const bf16* __restrict__ fx, const bf16* __restrict__ gout,
@@ -900,31 +883,50 @@ __global__ void __launch_bounds__(kBackThreads, 2)
   for (int64_t t = t0 + warp; t < t1; t += W) {
     const PointTile<D> tile(p, hd, t, lane, true);
 
+    uint32_t go[KS][4], fv[KS][4];
+    if (kDeslice) read_a_frags<D>(gout, hd, tile.na, tile.nb, tile.va, tile.vb, c0, go);
+    read_a_frags<D>(fx, hd, tile.na, tile.nb, tile.va, tile.vb, c0, fv);
+    // A chunk's logits z2, weights w and dL/dw (layout as in logits()).
+    const auto chunk = [&](int s0, float(&z)[2][4], float(&w)[2][4], float(&dl)[2][4]) {
+      tile.logits(ws, pl.ldk, bias2, scale2, s0, lane, z);
+      tile.weights(z, w);
+      uint32_t ob[KS][4], gb[KS][4];
+#pragma unroll
+      for (int k = 0; k < KS; ++k) {
+        if (kDeslice) b_frags_k<D>(ob[k], os, pl.ldk, s0, k, lane);
+        b_frags_k<D>(gb[k], gs, pl.ldk, s0, k, lane);
+      }
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        float c[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int k = 0; k < KS; ++k) {
+          if (kDeslice) mma_k<D>(c, go[k], ob[k][2 * j], ob[k][2 * j + 1], k);
+          mma_k<D>(c, fv[k], gb[k][2 * j], gb[k][2 * j + 1], k);
+        }
+        const float n0 = gnorm[s0 + 8 * j + c0], n1 = gnorm[s0 + 8 * j + c0 + 1];
+        dl[j][0] = c[0] + n0;
+        dl[j][1] = c[1] + n1;
+        dl[j][2] = c[2] + n0;
+        dl[j][3] = c[3] + n1;
+      }
+    };
+
     // Pass 1.
-    float dot[2] = {0.f, 0.f};  // rows a, b: here sum_g w gnorm
+    float dot[2] = {0.f, 0.f};  // rows a, b
     {
-      float afx[D / 8][4] = {}, ay[D / 8][4] = {};
+      float afx[D / 8][4] = {};
       for (int s0 = 0; s0 < g; s0 += 16) {
-        float z[2][4], w[2][4];
-        tile.logits(ws, pl.ldk, bias2, scale2, s0, lane, z);
-        tile.weights(z, w);
+        float z[2][4], w[2][4], dl[2][4];
+        chunk(s0, z, w, dl);
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
-          const float n0 = gnorm[s0 + 8 * j + c0], n1 = gnorm[s0 + 8 * j + c0 + 1];
-          dot[0] += round_bf16(w[j][0]) * n0 + round_bf16(w[j][1]) * n1;
-          dot[1] += round_bf16(w[j][2]) * n0 + round_bf16(w[j][3]) * n1;
+          dot[0] += w[j][0] * dl[j][0] + w[j][1] * dl[j][1];
+          dot[1] += w[j][2] * dl[j][2] + w[j][3] * dl[j][3];
         }
         add_points_slices<D>(afx, w, gs, pl.ldk, s0, lane);
-        if (kDeslice) add_points_slices<D>(ay, w, os, pl.ldk, s0, lane);
       }
       tile.store(grad_fx, hd, lane, afx);
-      uint32_t a[KS][4];
-      read_a_frags<D>(fx, hd, tile.na, tile.nb, tile.va, tile.vb, c0, a);
-      add_row_dots<D>(dot, a, afx);
-      if (kDeslice) {
-        read_a_frags<D>(gout, hd, tile.na, tile.nb, tile.va, tile.vb, c0, a);
-        add_row_dots<D>(dot, a, ay);
-      }
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {  // the four lanes of a row hold its columns
@@ -937,32 +939,15 @@ __global__ void __launch_bounds__(kBackThreads, 2)
     }
 
     // Pass 2.
-    uint32_t go[KS][4], fv[KS][4];
-    if (kDeslice) read_a_frags<D>(gout, hd, tile.na, tile.nb, tile.va, tile.vb, c0, go);
-    read_a_frags<D>(fx, hd, tile.na, tile.nb, tile.va, tile.vb, c0, fv);
     float ax[D / 8][4] = {};
     for (int s0 = 0; s0 < g; s0 += 16) {
-      float z[2][4], w[2][4], gl[2][4];
-      tile.logits(ws, pl.ldk, bias2, scale2, s0, lane, z);
-      tile.weights(z, w);
-      uint32_t ob[KS][4], gb[KS][4];
-#pragma unroll
-      for (int k = 0; k < KS; ++k) {
-        if (kDeslice) b_frags_k<D>(ob[k], os, pl.ldk, s0, k, lane);
-        b_frags_k<D>(gb[k], gs, pl.ldk, s0, k, lane);
-      }
+      float z[2][4], w[2][4], dl[2][4], gl[2][4];
+      chunk(s0, z, w, dl);
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        float c[4] = {0.f, 0.f, 0.f, 0.f};  // dL/dw - gnorm
-#pragma unroll
-        for (int k = 0; k < KS; ++k) {
-          if (kDeslice) mma_k<D>(c, go[k], ob[k][2 * j], ob[k][2 * j + 1], k);
-          mma_k<D>(c, fv[k], gb[k][2 * j], gb[k][2 * j + 1], k);
-        }
-        const float n[2] = {gnorm[s0 + 8 * j + c0], gnorm[s0 + 8 * j + c0 + 1]};
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const float gz = w[j][e] * (c[e] + n[e % 2] - dot[e / 2]);  // dL/dz
+          const float gz = w[j][e] * (dl[j][e] - dot[e / 2]);  // dL/dz
           tau_sum += gz * z[j][e];
           gl[j][e] = gz * inv_tau;  // dL/dlogits
         }
