@@ -43,6 +43,23 @@ bool fused_gelu_backward(const at::Tensor& h, at::Tensor& g, at::Tensor& a) {
   return false;
 }
 
+// gelu(h) (exact, erf): on CUDA for bf16 by gelu_kernels::forward, ATen's
+// values bitwise; elsewhere at::gelu.
+at::Tensor gelu_of(const at::Tensor& h) {
+#ifdef SLIPSTREAM_WITH_CUDA
+  if (h.is_cuda() && h.scalar_type() == at::kBFloat16 && h.is_contiguous()) {
+    auto out = at::empty_like(h);
+    if (gelu_kernels::supported(h.data_ptr(), out.data_ptr(), out.data_ptr(), h.numel())) {
+      const c10::cuda::CUDAGuard guard(h.device());
+      gelu_kernels::forward(h.data_ptr(), out.data_ptr(), h.numel(),
+                            at::cuda::getCurrentCUDAStream(h.get_device()).stream());
+      return out;
+    }
+  }
+#endif
+  return at::gelu(h);
+}
+
 // The weight gradient g^T in, (out, in), in w_dtype. For out > in it is made
 // as (in^T g)^T: cuBLAS ran the MLP's (1792 x 200k) (200k x 448) at 428
 // TFLOP/s on an H200 and the (448 x 200k) (200k x 1792) of the same layouts
@@ -78,7 +95,7 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
     ctx->saved_data["w_dtype"] = static_cast<int64_t>(w_in.scalar_type());
     ctx->saved_data["b_dtype"] = static_cast<int64_t>(b_in.scalar_type());
     ctx->saved_data["gelu"] = gelu;
-    return at::linear(gelu ? at::gelu(x) : x, w, b);
+    return at::linear(gelu ? gelu_of(x) : x, w, b);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -92,7 +109,7 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
       if (gelu && !fused_gelu_backward(x, gx, a)) gx = at::gelu_backward(gx, x);
     }
     if (ctx->needs_input_grad(1)) {
-      if (gelu && !a.defined()) a = at::gelu(x);
+      if (gelu && !a.defined()) a = gelu_of(x);
       gw = weight_grad(g, (gelu ? a : x).reshape({-1, w.size(1)}), saved_dtype(ctx, "w_dtype"));
     }
     if (ctx->needs_input_grad(2)) gb = column_sum(g).to(saved_dtype(ctx, "b_dtype"));

@@ -28,13 +28,14 @@ namespace {
 
 using testing::relative_error;
 
-// gelu_linear on CUDA in bf16, where GELU's backward and its recompute run
-// as one kernel (gelu_kernels.h), against linear(gelu(h)) through ATen's
-// GELU kernels: the output bitwise (the forward is the same ops) and every
+// gelu_linear on CUDA in bf16, where GELU's forward, and its backward and
+// recompute, run as gelu_kernels.h's kernels, against linear(gelu(h))
+// through ATen's GELU kernels: the output bitwise (the forward kernel
+// computes ATen's formula in the same order) and every
 // gradient within 1e-3 relative (the two GELU kernels round the same fp32
 // formulas; a compiler may contract them differently). Sizes the kernel
 // takes (n a multiple of 8) and one it leaves to ATen.
-TEST(GeluLinearCudaTest, FusedGeluBackwardMatchesAten_CUDA) {
+TEST(GeluLinearCudaTest, GeluKernelsMatchAten_CUDA) {
   SKIP_WITHOUT_CUDA();
   for (const int64_t width : {1792, 36, 3}) {
     torch::manual_seed(width);

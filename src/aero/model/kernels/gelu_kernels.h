@@ -17,4 +17,7 @@ bool supported(const void* h, const void* g, const void* a, int64_t n);
 // `stream`.
 void backward_and_forward(const void* h, void* g, void* a, int64_t n, void* stream);
 
+// a[i] <- gelu(h[i]) for i < n (the forward; supported(h, a, a, n)).
+void forward(const void* h, void* a, int64_t n, void* stream);
+
 }  // namespace slipstream::aero::gelu_kernels
