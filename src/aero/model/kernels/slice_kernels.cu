@@ -433,7 +433,6 @@ __global__ void __launch_bounds__(kRegThreads) lse_kernel(Problem p, int tiles_p
 // cp.async, kStages stages in flight, so that every point is read from
 // global memory once per block rather than once per warp; each warp then
 // takes its fragments from there with ldmatrix (x as A, y transposed as B).
-constexpr int kOwnedChunks = (kMaxSlices / 16 + kRegWarps - 1) / kRegWarps;
 constexpr int kStagePoints = 64;
 constexpr int kStages = 4;
 
@@ -637,27 +636,35 @@ __device__ inline void add_chunk(float* out, float* colsum, int s, int lane,
   }
 }
 
-// Reduce: each warp owns the chunks q = warp + i W for the whole launch
-// and keeps their ws fragments and bias in registers; stages hold x, y
-// and lse (+inf past the end, so that those weights are exactly zero).
+// Reduce: warp w of a block owns reduce_chunks(D) chunks of 16 slices, q =
+// (blockIdx.z C + i) W + w, for the whole launch and keeps their ws
+// fragments and bias in registers; stages hold x, y and lse (+inf past the
+// end, so that those weights are exactly zero). Two blocks fit on an SM
+// either way: at D 56 two chunks a warp needed 179 registers and one
+// block, and one chunk took the 24 reduces of a step from 11.5 to 10.4 ms
+// on an H200; at D 32 one chunk a warp ran slower (1.8 against 2.2 ms),
+// the block's stages being read by twice as many blocks.
+__host__ __device__ constexpr int reduce_chunks(int d) { return d <= 32 ? 2 : 1; }
+
 template <int D>
-__global__ void __launch_bounds__(kRegThreads)
+__global__ void __launch_bounds__(kRegThreads, 2)
     reduce_kernel(Problem p, const bf16* __restrict__ y, float* __restrict__ acc_out,
                   float* __restrict__ colsum_out, int stages_per_block) {
   extern __shared__ __align__(128) unsigned char smem[];
+  constexpr int C = reduce_chunks(D);
   const int g = static_cast<int>(p.slices);
   const auto st = make_stage<2, 1>(D);
   const Head hd = block_head(p, D, g);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int r0 = lane / 4, c0 = 2 * (lane % 4), chunks = g / 16;
+  const int c0 = 2 * (lane % 4), chunks = g / 16;
+  const auto chunk_of = [&](int i) { return (int(blockIdx.z) * C + i) * kRegWarps + warp; };
 
   const float scale2 = kLog2e / p.tau[hd.h];
-  uint32_t wsb[kOwnedChunks][2][ksteps(D)][2];
-  float b2[kOwnedChunks][2][2];
+  uint32_t wsb[C][2][ksteps(D)][2];
+  float b2[C][2][2];
 #pragma unroll
-  for (int i = 0; i < kOwnedChunks; ++i) {
-    const int q = warp + i * kRegWarps;
-    const int s = q < chunks ? 16 * q : 0;
+  for (int i = 0; i < C; ++i) {
+    const int s = chunk_of(i) < chunks ? 16 * chunk_of(i) : 0;
     chunk_b_frags<D>(static_cast<const bf16*>(p.ws), s, lane, wsb[i]);
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
@@ -666,14 +673,16 @@ __global__ void __launch_bounds__(kRegThreads)
     }
   }
 
-  float acc[kOwnedChunks][D / 8][4] = {};
-  float cs[kOwnedChunks][2][2] = {};  // slices 8 j + c0 + e, summed over the lane's rows
+  float acc[C][D / 8][4] = {};
+  float cs[C][2][2] = {};  // slices 8 j + c0 + e of chunk i, summed over the lane's rows
   const StageSources<2, 1> src{{static_cast<const bf16*>(p.x), y}, {p.lse}, {INFINITY}};
   const auto [s0, s1] = block_tiles(p, stages_per_block, kStagePoints);
   run_stages<D>(st, src, smem, hd, s0, s1, [&](const unsigned char* buf) {
+    if (chunk_of(0) >= chunks) return;
     const bf16* xs = reinterpret_cast<const bf16*>(buf + st.mat[0]);
     const bf16* ys = reinterpret_cast<const bf16*>(buf + st.mat[1]);
     const float* ls = reinterpret_cast<const float*>(buf + st.vec[0]);
+    const int r0 = lane / 4;
 #pragma unroll 1
     for (int rb = 0; rb < kStagePoints; rb += kRowTile) {
       uint32_t xa[ksteps(D)][4], yb[D / 8][2];
@@ -681,8 +690,8 @@ __global__ void __launch_bounds__(kRegThreads)
       tile_b_frags<D>(ys, st.ldx, rb, lane, yb);
       const float la2 = ls[rb + r0] * kLog2e, lb2 = ls[rb + r0 + 8] * kLog2e;
 #pragma unroll
-      for (int i = 0; i < kOwnedChunks; ++i) {
-        if (warp + i * kRegWarps >= chunks) continue;
+      for (int i = 0; i < C; ++i) {
+        if (chunk_of(i) >= chunks) continue;
         float w[2][4];
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
@@ -705,14 +714,12 @@ __global__ void __launch_bounds__(kRegThreads)
       }
     }
   });
-
 #pragma unroll
-  for (int i = 0; i < kOwnedChunks; ++i) {
-    const int q = warp + i * kRegWarps;
-    if (q >= chunks) continue;
+  for (int i = 0; i < C; ++i) {
+    if (chunk_of(i) >= chunks) continue;
     add_chunk<D>(acc_out + hd.bh * int64_t(g) * D,
-                 colsum_out == nullptr ? nullptr : colsum_out + hd.bh * g, 16 * q, lane, acc[i],
-                 cs[i]);
+                 colsum_out == nullptr ? nullptr : colsum_out + hd.bh * g, 16 * chunk_of(i), lane,
+                 acc[i], cs[i]);
   }
 }
 
@@ -964,7 +971,7 @@ __global__ void __launch_bounds__(kBackThreads, 2)
 // w; stages hold x, fx, gout (with a deslice), lse (+inf past the end: zero
 // weights) and dot.
 template <int D, bool kDeslice>
-__global__ void __launch_bounds__(kRegThreads)
+__global__ void __launch_bounds__(kRegThreads, 2)
     weight_grad_kernel(Problem p, const bf16* __restrict__ gout, const bf16* __restrict__ fx,
                        const bf16* __restrict__ os_in, const bf16* __restrict__ gs_in,
                        const float* __restrict__ gnorm_in, const float* __restrict__ dot,
@@ -1097,9 +1104,13 @@ void reduce_d(const Problem& p, const void* y, float* acc, float* colsum, bool c
     lse_kernel<D><<<grid, kRegThreads, smem, stream>>>(p, per);
     check_launch("lse");
   }
-  // Every warp of a reduce block walks all of the block's 64-point stages.
+  // reduce_chunks(D) chunks of 16 slices a warp: ceil(chunks / (W C))
+  // blocks per stage run, every warp of a block walking all of its stages.
+  const int per_block = kRegWarps * reduce_chunks(D);
+  const int splits = (g / 16 + per_block - 1) / per_block;
   const size_t stage_smem = make_stage<2, 1>(D).bytes * kStages;
-  const dim3 grid = launch_grid(reduce_kernel<D>, kRegThreads, stage_smem, p, &per, kStagePoints);
+  const dim3 grid =
+      launch_grid(reduce_kernel<D>, kRegThreads, stage_smem, p, &per, kStagePoints, splits);
   reduce_kernel<D>
       <<<grid, kRegThreads, stage_smem, stream>>>(p, static_cast<const bf16*>(y), acc, colsum, per);
   check_launch("reduce");
