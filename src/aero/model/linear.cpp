@@ -43,6 +43,32 @@ bool fused_gelu_backward(const at::Tensor& h, at::Tensor& g, at::Tensor& a) {
   return false;
 }
 
+// The same on a (rows, width) h and g, with gb = the column sums of the new
+// g (the bias gradient of the Linear that made h) from the same pass.
+bool fused_gelu_backward_sums(const at::Tensor& h, at::Tensor& g, at::Tensor& a, at::Tensor& gb) {
+#ifdef SLIPSTREAM_WITH_CUDA
+  if (h.is_cuda() && h.scalar_type() == at::kBFloat16 && g.scalar_type() == at::kBFloat16 &&
+      h.is_contiguous() && g.is_contiguous() && h.dim() == 2) {
+    const int64_t rows = h.size(0), width = h.size(1);
+    auto out = at::empty_like(h);
+    if (gelu_kernels::sums_supported(h.data_ptr(), g.data_ptr(), out.data_ptr(), width)) {
+      const c10::cuda::CUDAGuard guard(h.device());
+      const auto f32 = h.options().dtype(at::kFloat);
+      auto partial = at::empty({gelu_kernels::sums_partial_rows(rows, width), width}, f32);
+      gb = at::empty({width}, f32);
+      gelu_kernels::backward_and_forward_sums(
+          h.data_ptr(), g.data_ptr(), out.data_ptr(), rows, width, partial.data_ptr<float>(),
+          gb.data_ptr<float>(), at::cuda::getCurrentCUDAStream(h.get_device()).stream());
+      a = out;
+      return true;
+    }
+  }
+#else
+  (void)h, (void)g, (void)a, (void)gb;
+#endif
+  return false;
+}
+
 // gelu(h) (exact, erf): on CUDA for bf16 by gelu_kernels::forward, ATen's
 // values bitwise; elsewhere at::gelu.
 at::Tensor gelu_of(const at::Tensor& h) {
@@ -114,6 +140,50 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
     }
     if (ctx->needs_input_grad(2)) gb = column_sum(g).to(saved_dtype(ctx, "b_dtype"));
     return {gx, gw, gb, at::Tensor()};
+  }
+};
+
+// linear(gelu(linear(x, w1, b1)), w2, b2), keeping x and the hidden layer h
+// for the backward (GELU recomputed there, as in gelu_linear), which makes
+// h's gradient and the first bias's gradient in one pass (on CUDA for bf16)
+// rather than summing the (rows, hidden) gradient again.
+class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_in, const at::Tensor& w1_in,
+                            const at::Tensor& b1_in, const at::Tensor& w2_in,
+                            const at::Tensor& b2_in) {
+    const auto x = autocast_input(x_in), w1 = autocast_input(w1_in), w2 = autocast_input(w2_in);
+    const auto h = at::linear(x, w1, autocast_input(b1_in));
+    ctx->save_for_backward({x, h, w1, w2});
+    ctx->saved_data["w1_dtype"] = static_cast<int64_t>(w1_in.scalar_type());
+    ctx->saved_data["b1_dtype"] = static_cast<int64_t>(b1_in.scalar_type());
+    ctx->saved_data["w2_dtype"] = static_cast<int64_t>(w2_in.scalar_type());
+    ctx->saved_data["b2_dtype"] = static_cast<int64_t>(b2_in.scalar_type());
+    return at::linear(gelu_of(h), w2, autocast_input(b2_in));
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &h_in = saved[1], &w1 = saved[2], &w2 = saved[3];
+    const auto h = h_in.reshape({-1, w1.size(0)});
+    const auto g = grads[0].to(x.scalar_type()).reshape({-1, w2.size(0)});
+    variable_list out(5);
+    if (ctx->needs_input_grad(4)) out[4] = column_sum(g).to(saved_dtype(ctx, "b2_dtype"));
+    // dL/dh, gelu(h) and dL/db1.
+    auto gh = input_grad(g, w2);
+    at::Tensor a, gb1;
+    if (!fused_gelu_backward_sums(h, gh, a, gb1)) {
+      a = gelu_of(h);
+      gh = at::gelu_backward(gh, h);
+      gb1 = column_sum(gh);
+    }
+    if (ctx->needs_input_grad(3)) out[3] = weight_grad(g, a, saved_dtype(ctx, "w2_dtype"));
+    if (ctx->needs_input_grad(2)) out[2] = gb1.to(saved_dtype(ctx, "b1_dtype"));
+    if (ctx->needs_input_grad(1)) {
+      out[1] = weight_grad(gh, x.reshape({-1, w1.size(1)}), saved_dtype(ctx, "w1_dtype"));
+    }
+    if (ctx->needs_input_grad(0)) out[0] = input_grad(gh, w1).view(x.sizes());
+    return out;
   }
 };
 
@@ -208,6 +278,12 @@ std::pair<at::Tensor, at::Tensor> linear_pair(const at::Tensor& x, const at::Ten
   TORCH_CHECK(b1.defined() && b2.defined(), "linear_pair: both biases must be defined");
   auto y = LinearPairFunction::apply(x, w1, b1, w2, b2);
   return {y[0], y[1]};
+}
+
+at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1,
+                    const at::Tensor& w2, const at::Tensor& b2) {
+  TORCH_CHECK(b1.defined() && b2.defined(), "gelu_mlp: both biases must be defined");
+  return GeluMlpFunction::apply(x, w1, b1, w2, b2);
 }
 
 at::Tensor gelu_linear(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& bias) {

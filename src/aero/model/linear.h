@@ -34,6 +34,15 @@ std::pair<at::Tensor, at::Tensor> linear_pair(const at::Tensor& x, const at::Ten
 // backward and its recompute run as one pass (gelu_kernels.h).
 at::Tensor gelu_linear(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& bias);
 
+// linear(gelu(linear(x, w1, b1)), w2, b2): an MLP of one hidden layer as
+// linear and gelu_linear make it (x and the hidden layer h kept, GELU
+// recomputed in the backward), the same ops and so on the CPU the same
+// values bitwise; on CUDA for bf16 the backward's GELU pass also sums h's
+// gradient into b1's (gelu_kernels.h), which then differs from the two
+// apart by fp32 summation order alone. Both biases defined.
+at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1,
+                    const at::Tensor& w2, const at::Tensor& b2);
+
 // The sum over rows of a (rows, width) tensor, accumulated in fp32 (fp64
 // for fp64 input), as described above: (width).
 at::Tensor column_sum(const at::Tensor& m);

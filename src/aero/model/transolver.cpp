@@ -55,6 +55,12 @@ torch::Tensor layer_norm(const torch::nn::LayerNormImpl& ln, const torch::Tensor
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  if (recompute_gelu && layers->size() == 3) {  // Linear, GELU, Linear: one function
+    const auto& l1 = *layers[0]->as<torch::nn::Linear>();
+    const auto& l2 = *layers[2]->as<torch::nn::Linear>();
+    if (l1.bias.defined() && l2.bias.defined())
+      return gelu_mlp(x, l1.weight, l1.bias, l2.weight, l2.bias);
+  }
   torch::Tensor y = linear(*layers[0]->as<torch::nn::Linear>(), x);
   for (size_t i = 2; i < layers->size(); i += 2) {
     const auto& l = *layers[i]->as<torch::nn::Linear>();

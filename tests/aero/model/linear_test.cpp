@@ -114,6 +114,29 @@ TEST(LinearTest, GeluLinearIsLinearOfGeluBitwise) {
       1e-6);
 }
 
+// gelu_mlp is linear then gelu_linear with the same ops: bitwise on the
+// CPU in fp32, output and every gradient (both biases' included).
+TEST(LinearTest, GeluMlpIsLinearThenGeluLinearBitwise) {
+  torch::manual_seed(4);
+  const auto x0 = torch::randn({2, 29, 12}), w10 = torch::randn({40, 12}) * 0.3;
+  const auto b10 = torch::randn({40}), w20 = torch::randn({12, 40}) * 0.2;
+  const auto b20 = torch::randn({12}), up = torch::randn({2, 29, 12});
+  const auto leaf = [](const torch::Tensor& t) { return t.clone().requires_grad_(true); };
+  auto x = leaf(x0), w1 = leaf(w10), b1 = leaf(b10), w2 = leaf(w20), b2 = leaf(b20);
+  const auto y = gelu_mlp(x, w1, b1, w2, b2);
+  (y * up).sum().backward();
+  auto xr = leaf(x0), w1r = leaf(w10), b1r = leaf(b10), w2r = leaf(w20), b2r = leaf(b20);
+  const auto yr = gelu_linear(linear(xr, w1r, b1r), w2r, b2r);
+  (yr * up).sum().backward();
+  EXPECT_TRUE(torch::equal(y, yr));
+  EXPECT_TRUE(torch::equal(x.grad(), xr.grad()));
+  EXPECT_TRUE(torch::equal(w1.grad(), w1r.grad()));
+  EXPECT_TRUE(torch::equal(b1.grad(), b1r.grad()));
+  EXPECT_TRUE(torch::equal(w2.grad(), w2r.grad()));
+  EXPECT_TRUE(torch::equal(b2.grad(), b2r.grad()));
+  EXPECT_THROW(gelu_mlp(x0, w10, torch::Tensor(), w20, b20), c10::Error);
+}
+
 TEST(LinearTest, ColumnSumFoldsRowsAndAccumulatesInFloat) {
   const auto m = torch::randn({4000, 256}).to(torch::kBFloat16);
   const auto s = column_sum(m);

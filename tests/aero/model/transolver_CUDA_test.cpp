@@ -19,6 +19,8 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace slipstream::aero {
 namespace {
@@ -61,6 +63,41 @@ TEST(GeluLinearCudaTest, GeluKernelsMatchAten_CUDA) {
     EXPECT_LT(eh, 1e-3) << width;
     EXPECT_LT(ew, 1e-3) << width;
     EXPECT_LT(eb, 1e-3) << width;
+  }
+}
+
+// gelu_mlp on CUDA in bf16, whose backward sums b1's gradient in the GELU
+// pass (width 1792; 36 falls back to a separate sum), against linear then
+// gelu_linear: the output bitwise, every gradient within 1e-3 relative.
+TEST(GeluLinearCudaTest, GeluMlpSumsTheBiasGradientInTheGeluPass_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  for (const int64_t hidden : {1792, 36}) {
+    torch::manual_seed(hidden + 1);
+    const auto opts = torch::dtype(torch::kBFloat16).device(torch::kCUDA);
+    const auto x0 = torch::randn({1, 20001, 448}, opts);
+    const auto w10 = torch::randn({hidden, 448}, opts) * 0.05, b10 = torch::randn({hidden}, opts);
+    const auto w20 = torch::randn({448, hidden}, opts) * 0.05, b20 = torch::randn({448}, opts);
+    const auto up = torch::randn({1, 20001, 448}, opts).to(torch::kFloat);
+    const auto leaf = [](const torch::Tensor& t) { return t.clone().requires_grad_(true); };
+    auto x = leaf(x0), w1 = leaf(w10), b1 = leaf(b10), w2 = leaf(w20), b2 = leaf(b20);
+    const auto y = gelu_mlp(x, w1, b1, w2, b2);
+    (y.to(torch::kFloat) * up).sum().backward();
+    auto xr = leaf(x0), w1r = leaf(w10), b1r = leaf(b10), w2r = leaf(w20), b2r = leaf(b20);
+    const auto yr = gelu_linear(linear(xr, w1r, b1r), w2r, b2r);
+    (yr.to(torch::kFloat) * up).sum().backward();
+    EXPECT_TRUE(torch::equal(y, yr)) << hidden;
+    const std::vector<std::pair<const char*, std::pair<torch::Tensor, torch::Tensor>>> grads = {
+        {"x", {x.grad(), xr.grad()}},
+        {"W1", {w1.grad(), w1r.grad()}},
+        {"b1", {b1.grad(), b1r.grad()}},
+        {"W2", {w2.grad(), w2r.grad()}},
+        {"b2", {b2.grad(), b2r.grad()}}};
+    for (const auto& [name, pair] : grads) {
+      const double e = relative_error(pair.first.to(torch::kFloat), pair.second.to(torch::kFloat));
+      std::printf("gelu_mlp hidden %ld: gradient relative error %s %.2e\n",
+                  static_cast<long>(hidden), name, e);
+      EXPECT_LT(e, 1e-3) << hidden << " " << name;
+    }
   }
 }
 

@@ -126,8 +126,13 @@ void column_sum(const void* m, int64_t rows, int64_t width, float* partial, floa
   partial_kernel<<<static_cast<unsigned>(blocks), kThreads, smem, s>>>(
       static_cast<const __nv_bfloat16*>(m), rows, w, per, partial);
   kernels::check_launch("column sum", "partial");
+  finish(partial, blocks, width, out, stream);
+}
+
+void finish(const float* partial, int64_t blocks, int64_t width, float* out, void* stream) {
   finish_kernel<<<static_cast<unsigned>((width + kFinishColumns - 1) / kFinishColumns), kThreads, 0,
-                  s>>>(partial, blocks, w, out);
+                  static_cast<cudaStream_t>(stream)>>>(partial, blocks, static_cast<int>(width),
+                                                       out);
   kernels::check_launch("column sum", "finish");
 }
 

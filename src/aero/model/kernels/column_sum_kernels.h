@@ -21,4 +21,9 @@ int64_t partial_rows(int64_t rows, int64_t width);
 void column_sum(const void* m, int64_t rows, int64_t width, float* partial, float* out,
                 void* stream);
 
+// out[c] = the sum of column c over the `blocks` rows of partial (blocks,
+// width) fp32, in row order: column_sum's second pass, for a kernel that
+// makes the partial rows itself (gelu_kernels). Asynchronous on `stream`.
+void finish(const float* partial, int64_t blocks, int64_t width, float* out, void* stream);
+
 }  // namespace slipstream::aero::column_sum_kernels

@@ -17,6 +17,20 @@ bool supported(const void* h, const void* g, const void* a, int64_t n);
 // `stream`.
 void backward_and_forward(const void* h, void* g, void* a, int64_t n, void* stream);
 
+// Whether backward_and_forward_sums takes a (rows, width) matrix: width a
+// multiple of 8 up to 2048, every pointer 16-byte aligned.
+bool sums_supported(const void* h, const void* g, const void* a, int64_t width);
+
+// Rows of `partial` that backward_and_forward_sums needs (at least 1).
+int64_t sums_partial_rows(int64_t rows, int64_t width);
+
+// backward_and_forward on (rows, width) row-major h, g and a, and colsum[c]
+// = sum_r g[r, c] of the new g as stored (bf16), in fp32 and a fixed order
+// (the bias gradient of the Linear before the GELU, without reading g
+// again); partial: (sums_partial_rows(rows, width), width) fp32 scratch.
+void backward_and_forward_sums(const void* h, void* g, void* a, int64_t rows, int64_t width,
+                               float* partial, float* colsum, void* stream);
+
 // a[i] <- gelu(h[i]) for i < n (the forward; supported(h, a, a, n)).
 void forward(const void* h, void* a, int64_t n, void* stream);
 
