@@ -85,7 +85,7 @@ stage_cuda() {  # the CUDA test binaries alone (CUDA_TESTS: a glob of their name
   local rc=0
   for t in build-gpu/tests/${CUDA_TESTS:-*}_CUDA_test; do
     SLIPSTREAM_BIN="$BIN" "$t" >"$OUT/$(basename "$t").log" 2>&1 || rc=1
-    grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|actual|^GALE|^  grad|^N=|^context projector|^recompute|^gelu_linear" "$OUT/$(basename "$t").log" \
+    grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|actual|^GALE|^  grad|^N=|^context projector|^recompute|^gelu_linear|^gelu_mlp" "$OUT/$(basename "$t").log" \
       | tee -a "$OUT/summary.txt"
   done
   return $rc

@@ -55,58 +55,70 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The same on a (rows, width) matrix, with the column sums of the new g:
-// as column_sum_kernels' first pass, each thread owns 8 columns of every
-// R-th row of its block's run (R = threads / (width / 8)) and keeps their
-// sums; the R sums of a column are added in shared memory in a fixed order
-// and written as the block's row of `partial`.
-__global__ void __launch_bounds__(kThreads)
+// The same on a (rows, width) matrix, with the column sums of the new g.
+// The same grid-stride walk over 8-element packs as backward_and_forward,
+// with a stride (blocks x threads) that is a multiple of the packs in a
+// row, so that each thread keeps to one 8-column piece and sums it in
+// registers; then a block adds its threads' sums of each column in thread
+// order (shared memory) and writes them as its row of `partial`.
+__global__ void __launch_bounds__(kThreads, 5)
     backward_and_forward_sums_kernel(const uint4* __restrict__ h, uint4* __restrict__ g,
-                                     uint4* __restrict__ a, int64_t rows, int per_row,
-                                     int64_t rows_per_block, float* __restrict__ partial) {
-  extern __shared__ float sums[];  // (R, width)
-  const int width = 8 * per_row, stride = kThreads / per_row;
-  const int lane_row = threadIdx.x / per_row, col = threadIdx.x % per_row;
-  const int64_t r0 = int64_t(blockIdx.x) * rows_per_block;
-  const int64_t r1 = r0 + rows_per_block < rows ? r0 + rows_per_block : rows;
+                                     uint4* __restrict__ a, int64_t packs, int per_row,
+                                     float* __restrict__ partial) {
+  __shared__ float sums[kThreads][8];
+  const int64_t first = int64_t(blockIdx.x) * kThreads;
   float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-  if (lane_row < stride) {
-#pragma unroll 4
-    for (int64_t r = r0 + lane_row; r < r1; r += stride) {
-      const int64_t i = r * per_row + col;
-      Pack8 x, dy, out_g, out_a;
-      x.raw = h[i];
-      dy.raw = g[i];
+  for (int64_t i = first + threadIdx.x; i < packs; i += int64_t(gridDim.x) * kThreads) {
+    Pack8 x, dy, out_g, out_a;
+    x.raw = h[i];
+    dy.raw = g[i];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const float xv = __bfloat162float(x.v[e]);
-        const float cdf = 0.5f * (1.f + erff(xv * kAlpha));
-        const float pdf = expf(-0.5f * xv * xv) * kBeta;
-        out_g.v[e] = __float2bfloat16(__bfloat162float(dy.v[e]) * (cdf + xv * pdf));
-        out_a.v[e] = __float2bfloat16(gelu(xv));
-        acc[e] += __bfloat162float(out_g.v[e]);
-      }
-      g[i] = out_g.raw;
-      a[i] = out_a.raw;
+    for (int e = 0; e < 8; ++e) {
+      const float xv = __bfloat162float(x.v[e]);
+      const float cdf = 0.5f * (1.f + erff(xv * kAlpha));
+      const float pdf = expf(-0.5f * xv * xv) * kBeta;
+      out_g.v[e] = __float2bfloat16(__bfloat162float(dy.v[e]) * (cdf + xv * pdf));
+      out_a.v[e] = __float2bfloat16(gelu(xv));
+      acc[e] += __bfloat162float(out_g.v[e]);
     }
-#pragma unroll
-    for (int e = 0; e < 8; ++e) sums[lane_row * width + 8 * col + e] = acc[e];
+    g[i] = out_g.raw;
+    a[i] = out_a.raw;
   }
+#pragma unroll
+  for (int e = 0; e < 8; ++e) sums[threadIdx.x][e] = acc[e];
   __syncthreads();
+  // Thread t of the block sums the 8 columns of piece (first + t) % per_row.
+  const int base = static_cast<int>(first % per_row), width = 8 * per_row;
   for (int c = threadIdx.x; c < width; c += kThreads) {
     float t = 0.f;
-    for (int i = 0; i < stride; ++i) t += sums[i * width + c];
+    for (int k = (c / 8 - base + per_row) % per_row; k < kThreads; k += per_row)
+      t += sums[k][c % 8];
     partial[int64_t(blockIdx.x) * width + c] = t;
   }
 }
 
-// Rows a block of the sums kernel takes: about four blocks an SM, a
-// multiple of R.
-int64_t sums_rows_per_block(int64_t rows, int64_t width) {
-  const int64_t stride = kThreads / (width / 8);
-  const int64_t blocks = std::max<int64_t>(1, int64_t(kernels::sm_count()) * 4);
-  const int64_t per = std::max<int64_t>((rows + blocks - 1) / blocks, stride);
-  return (per + stride - 1) / stride * stride;
+// Blocks of the sums kernel: one wave (as many as are resident at once, so
+// that every block does the same number of sweeps at the same time),
+// rounded down to a multiple of per_row / gcd(threads, per_row), at least
+// that.
+int64_t sums_blocks(int64_t width) {
+  const int64_t per_row = width / 8;
+  int64_t x = kThreads, y = per_row;
+  while (y != 0) {
+    const int64_t r = x % y;
+    x = y;
+    y = r;
+  }
+  const int64_t step = per_row / x;
+  static const int per_sm = [] {
+    int n = 0;
+    kernels::check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                            &n, backward_and_forward_sums_kernel, kThreads, 0),
+                        "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    return std::max(n, 1);
+  }();
+  const int64_t want = int64_t(kernels::sm_count()) * per_sm;
+  return std::max<int64_t>(step, want / step * step);
 }
 
 }  // namespace
@@ -136,25 +148,17 @@ bool sums_supported(const void* h, const void* g, const void* a, int64_t width) 
 }
 
 int64_t sums_partial_rows(int64_t rows, int64_t width) {
-  if (rows <= 0) return 1;
-  const int64_t per = sums_rows_per_block(rows, width);
-  return (rows + per - 1) / per;
+  (void)rows;
+  return sums_blocks(width);
 }
 
 void backward_and_forward_sums(const void* h, void* g, void* a, int64_t rows, int64_t width,
                                float* partial, float* colsum, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
-  if (rows <= 0) {
-    kernels::check_cuda(cudaMemsetAsync(colsum, 0, sizeof(float) * width, s), "cudaMemsetAsync");
-    return;
-  }
-  const int per_row = static_cast<int>(width / 8);
-  const int64_t per = sums_rows_per_block(rows, width);
-  const int64_t blocks = (rows + per - 1) / per;
-  const size_t smem = sizeof(float) * (kThreads / per_row) * width;
-  backward_and_forward_sums_kernel<<<static_cast<unsigned>(blocks), kThreads, smem, s>>>(
-      static_cast<const uint4*>(h), static_cast<uint4*>(g), static_cast<uint4*>(a), rows, per_row,
-      per, partial);
+  const int64_t blocks = sums_blocks(width);
+  backward_and_forward_sums_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(
+      static_cast<const uint4*>(h), static_cast<uint4*>(g), static_cast<uint4*>(a),
+      rows * (width / 8), static_cast<int>(width / 8), partial);
   kernels::check_launch("gelu", "backward_and_forward_sums_kernel");
   column_sum_kernels::finish(partial, blocks, width, colsum, stream);
 }
