@@ -21,6 +21,9 @@
 #   profile    bench --profile: device time per kernel (and the operators behind them);
 #              PROFILE_ARGS: more bench arguments (e.g. model=geotransolver_volume)
 #   gemm       cuBLAS (through PyTorch) per operand layout at the GALE layer's shapes
+#   ab         the same GeoTransolver bench (AB_POINTS, AB_OPTIMIZER) on this tree and on a
+#              base tree (this one with AB_PATCH, a `git diff BASE HEAD` file, reversed),
+#              both built here, AB_ROUNDS rounds taken in turn so that drift hits both alike
 #   multi      2 GPUs: NCCL tests, bench on 1 and 2 GPUs, a 2-rank training
 #   torchrun   2 GPUs through torchrun
 # Usage: bash scripts/gpu_check.sh build test bench
@@ -142,6 +145,28 @@ stage_geo() {
   grep -E "Sync audit|error" "$OUT/geo_audit.log" | tee -a "$OUT/summary.txt"
   log "geo: the ball query alone, the volume config's six scales"
   build-gpu/bench/ball_query_bench ${GEO_QUERY_POINTS:-200000} 2>&1 | tee -a "$OUT/summary.txt"
+}
+
+stage_ab() {
+  local base=/tmp/slipstream-ab-base points=${AB_POINTS:-200000} patch
+  patch=$(realpath "${AB_PATCH:?AB_PATCH: a git diff BASE HEAD file}")
+  log "ab: base tree = this tree with $(basename "$patch") reversed"
+  mkdir -p "$base"
+  tar -c --exclude=./build-gpu --exclude=./runs . | tar -x -C "$base"
+  (cd "$base" && patch -R -p1 -s <"$patch") || { log "ab: the patch does not reverse"; return 1; }
+  (cd "$base" && OUT="$OUT/ab-base" bash scripts/gpu_check.sh build >/dev/null 2>&1) ||
+    { log "ab: the base tree does not build (see $OUT/ab-base)"; return 1; }
+  local args=(--rounds 1 --steps ${AB_STEPS:-10} --warmup 4 --policies async
+    model=geotransolver_volume optimizer.name=${AB_OPTIMIZER:-adamw}
+    dataset.points_per_sample=$((points + points / 20)) dataset.sampling_resolution=$points)
+  for r in $(seq "${AB_ROUNDS:-3}"); do
+    for tree in this base; do
+      local bin=$BIN
+      [ $tree = base ] && bin=$base/build-gpu/app/slipstream
+      echo "ab round $r $tree: $("$bin" bench "${args[@]}" run_id=ab-$tree-$r 2>&1 | grep -E '^async')" |
+        tee -a "$OUT/summary.txt"
+    done
+  done
 }
 
 stage_surface() {
