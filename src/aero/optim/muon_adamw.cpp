@@ -72,14 +72,11 @@ MuonAdamW::MuonAdamW(const std::vector<std::pair<std::string, torch::Tensor>>& n
 }
 
 void MuonAdamW::zero_grad() {
-  std::vector<torch::Tensor> grads;  // zeroed in one multi-tensor launch
-  for (auto& s : muon_) {
-    if (s.param.grad().defined()) grads.push_back(s.param.mutable_grad());
-  }
-  for (auto& s : adam_) {
-    if (s.param.grad().defined()) grads.push_back(s.param.mutable_grad());
-  }
-  if (!grads.empty()) at::_foreach_zero_(grads);
+  // As PyTorch's zero_grad(set_to_none=True): no kernel here, and the next
+  // backward's AccumulateGrad takes each new gradient as it is instead of
+  // adding it to a zeroed one (a kernel a parameter).
+  for (auto& s : muon_) s.param.mutable_grad().reset();
+  for (auto& s : adam_) s.param.mutable_grad().reset();
 }
 
 void MuonAdamW::step() {

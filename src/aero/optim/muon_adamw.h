@@ -56,7 +56,10 @@ class MuonAdamW {
  public:
   MuonAdamW(const std::vector<std::pair<std::string, torch::Tensor>>& named_parameters,
             OptimizerOptions options);
+  // Parameters without a gradient are left as they are (no weight decay
+  // either), as torch.optim does.
   void step();
+  // Drops every gradient (PyTorch's set_to_none), rather than zeroing it.
   void zero_grad();
   void set_lr(double lr) { lr_ = lr; }
   double lr() const { return lr_; }

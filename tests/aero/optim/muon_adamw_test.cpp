@@ -68,19 +68,29 @@ TEST(MuonAdamWTest, BatchedStepEqualsOneMatrixAtATime) {
   }
 }
 
-TEST(MuonAdamWTest, ZeroGradZeroesEveryGradientAndKeepsThem) {
+// zero_grad drops the gradients (set_to_none): the next backward's are the
+// new ones alone, not added to the old, and a step then leaves a parameter
+// that got none as it is.
+TEST(MuonAdamWTest, ZeroGradDropsEveryGradientAndTheNextBackwardStartsFresh) {
   auto w = torch::randn({4, 3}, torch::requires_grad());
   auto b = torch::randn({3}, torch::requires_grad());
   auto unused = torch::randn({2}, torch::requires_grad());  // never gets a gradient
   MuonAdamW opt({{"w", w}, {"b", b}, {"unused", unused}}, OptimizerOptions{});
-  (torch::ones({2, 4}).mm(w) + b).pow(2).sum().backward();
-  ASSERT_GT(w.grad().abs().sum().item<double>(), 0.0);
-  ASSERT_GT(b.grad().abs().sum().item<double>(), 0.0);
+  const auto loss = [&] { return (torch::ones({2, 4}).mm(w) + b).pow(2).sum(); };
+  loss().backward();
+  const auto gw = w.grad().clone(), gb = b.grad().clone();
+  ASSERT_GT(gw.abs().sum().item<double>(), 0.0);
   opt.zero_grad();
-  ASSERT_TRUE(w.grad().defined() && b.grad().defined());
-  EXPECT_EQ(w.grad().abs().sum().item<double>(), 0.0);
-  EXPECT_EQ(b.grad().abs().sum().item<double>(), 0.0);
+  EXPECT_FALSE(w.grad().defined());
+  EXPECT_FALSE(b.grad().defined());
   EXPECT_FALSE(unused.grad().defined());
+  loss().backward();
+  EXPECT_TRUE(torch::equal(w.grad(), gw));
+  EXPECT_TRUE(torch::equal(b.grad(), gb));
+  const auto unused_before = unused.detach().clone(), w_before = w.detach().clone();
+  opt.step();
+  EXPECT_TRUE(torch::equal(unused.detach(), unused_before));
+  EXPECT_FALSE(torch::equal(w.detach(), w_before));
 }
 
 TEST(MuonAdamWTest, SplitsMatricesFromTheRestAndAdamWMatchesTheClosedForm) {
