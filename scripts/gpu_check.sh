@@ -3,6 +3,7 @@
 # stages named on the command line, logging under $OUT (default
 # /tmp/slipstream-out; a summary in $OUT/summary.txt):
 #   build      configure (PyTorch's LibTorch, NCCL found by CMake) and build into build-gpu/
+#              (BUILD_TARGETS: those targets alone)
 #   test       every CTest test, the *_CUDA ones included
 #   cuda       the *_CUDA test binaries alone (CUDA_TESTS: a glob of names), full logs
 #   bench      slipstream bench, volume config: Muon + AdamW, then AdamW
@@ -64,7 +65,9 @@ stage_build() {
     -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/cmake.log" 2>&1 \
     || { log "cmake FAILED"; tail -40 "$OUT/cmake.log"; return 1; }
   grep -E "slipstream:" "$OUT/cmake.log" | tee -a "$OUT/summary.txt"
-  if ! cmake --build build-gpu -j"$(nproc)" >"$OUT/build.log" 2>&1; then
+  # BUILD_TARGETS: build these targets alone (e.g. slipstream), not everything.
+  if ! cmake --build build-gpu -j"$(nproc)" ${BUILD_TARGETS:+--target $BUILD_TARGETS} \
+    >"$OUT/build.log" 2>&1; then
     log "build FAILED"; grep -E "error" -A5 "$OUT/build.log" | head -80; return 1
   fi
   log "build ok"
