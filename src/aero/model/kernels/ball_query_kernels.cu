@@ -90,21 +90,32 @@ __device__ __forceinline__ bool before(float da, int ia, float db, int ib) {
 }
 
 // A query's best so far, sorted ascending in (squared distance, index),
-// spread over a warp's registers: lane l holds entries l E .. l E + E - 1,
-// unfilled ones (+inf, INT_MAX). Inserting a point is a warp-wide shift by
-// one: no memory, and no order in which points must arrive.
+// spread over a warp's registers: lane l holds positions l E .. l E + E - 1
+// of 32 E. The first 32 E - K positions hold sentinels (-inf, -1), which come
+// before every point and so never move; the list proper is the last K
+// positions, unfilled ones (+inf, INT_MAX), and its K-th entry is always lane
+// 31's last. No position is looked up at run time: an array indexed so would
+// live in local memory, and each insert would go through it (the first form
+// of this list did, 28 GB of L2 traffic a step at 200k points). Inserting a
+// point is a warp-wide shift by one: no memory, and no order in which points
+// must arrive.
 template <int E>
 struct WarpList {
   float d[E];
   int id[E];
   int lane;
 
-  __device__ explicit WarpList(int lane_) : lane(lane_) {
+  __device__ WarpList(int lane_, int k) : lane(lane_) {
 #pragma unroll
-    for (int s = 0; s < E; ++s) d[s] = INFINITY, id[s] = INT_MAX;
+    for (int s = 0; s < E; ++s) {
+      const bool sentinel = lane * E + s < 32 * E - k;
+      d[s] = sentinel ? -INFINITY : INFINITY;
+      id[s] = sentinel ? -1 : INT_MAX;
+    }
   }
 
-  // Every lane calls it with the same (cd, ci).
+  // Every lane calls it with the same (cd, ci), which must come before the
+  // K-th entry.
   __device__ void insert(float cd, int ci) {
     int c = 0;
 #pragma unroll
@@ -115,26 +126,17 @@ struct WarpList {
 #pragma unroll
     for (int s = E - 1; s >= 0; --s) {
       const int j = lane * E + s;
-      if (j > pos) {
-        d[s] = s > 0 ? d[s - 1] : up_d;
-        id[s] = s > 0 ? id[s - 1] : up_i;
-      } else if (j == pos) {
-        d[s] = cd;
-        id[s] = ci;
-      }
+      const float prev_d = s > 0 ? d[s > 0 ? s - 1 : 0] : up_d;
+      const int prev_i = s > 0 ? id[s > 0 ? s - 1 : 0] : up_i;
+      d[s] = j > pos ? prev_d : (j == pos ? cd : d[s]);
+      id[s] = j > pos ? prev_i : (j == pos ? ci : id[s]);
     }
   }
 
-  // Entry j, on every lane.
-  __device__ void at(int j, float& dj, int& ij) const {
-    float ld = 0.f;
-    int li = 0;
-#pragma unroll
-    for (int s = 0; s < E; ++s) {
-      if (s == j % E) ld = d[s], li = id[s];
-    }
-    dj = __shfl_sync(kFullWarp, ld, j / E);
-    ij = __shfl_sync(kFullWarp, li, j / E);
+  // The K-th entry, on every lane.
+  __device__ void kth(float& dk, int& ik) const {
+    dk = __shfl_sync(kFullWarp, d[E - 1], 31);
+    ik = __shfl_sync(kFullWarp, id[E - 1], 31);
   }
 };
 
@@ -160,7 +162,7 @@ __global__ void __launch_bounds__(kThreads) search_kernel(Search s) {
   }
   const float4* pts = reinterpret_cast<const float4*>(s.sorted) + batch * s.n;
   const int64_t* start = s.cell_start + batch * (s.grid.max_cells + 1);
-  WarpList<E> best(lane);
+  WarpList<E> best(lane, k);
   float kth_d = INFINITY;  // the K-th entry: what a point must come before
   int kth_i = INT_MAX;
 
@@ -182,7 +184,7 @@ __global__ void __launch_bounds__(kThreads) search_kernel(Search s) {
       while (mask != 0u) {
         const int src = __ffs(mask) - 1;
         best.insert(__shfl_sync(kFullWarp, d2, src), __shfl_sync(kFullWarp, pid, src));
-        best.at(k - 1, kth_d, kth_i);
+        best.kth(kth_d, kth_i);
         mask &= ~(1u << src);
         mask &= __ballot_sync(kFullWarp, within && before(d2, pid, kth_d, kth_i));
       }
@@ -228,8 +230,8 @@ __global__ void __launch_bounds__(kThreads) search_kernel(Search s) {
     float* out_p = o.neighbors + (batch * s.m + qi) * o.k * 3;
 #pragma unroll
     for (int e = 0; e < E; ++e) {
-      const int j = lane * E + e;
-      if (j >= o.k) continue;
+      const int j = lane * E + e - (32 * E - k);  // the j-th nearest
+      if (j < 0 || j >= o.k) continue;
       const bool found = best.d[e] < INFINITY && sqrtf(best.d[e]) <= o.radius;
       const int idx = found ? best.id[e] : 0;
       out_i[j] = idx;
