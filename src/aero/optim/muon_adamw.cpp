@@ -1,6 +1,7 @@
 #include "aero/optim/muon_adamw.h"
 
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <cmath>
 
@@ -71,6 +72,15 @@ MuonAdamW::MuonAdamW(const std::vector<std::pair<std::string, torch::Tensor>>& n
   }
 }
 
+bool fused_adamw_applies(const torch::Tensor& param) {
+#if TORCH_VERSION_MAJOR >= 2
+  return param.is_cuda() && param.scalar_type() == torch::kFloat;
+#else
+  (void)param;
+  return false;  // LibTorch 1.x has no _fused_adamw_
+#endif
+}
+
 void MuonAdamW::zero_grad() {
   // As PyTorch's zero_grad(set_to_none=True): no kernel here, and the next
   // backward's AccumulateGrad takes each new gradient as it is instead of
@@ -116,6 +126,21 @@ void MuonAdamW::step() {
     exp_avg_sqs.push_back(s.exp_avg_sq);
   }
   if (params.empty()) return;
+#if TORCH_VERSION_MAJOR >= 2
+  if (a.fused && fused_adamw_applies(params.front())) {
+    // The kernel reads the step (after this one's increment) from a device
+    // tensor per parameter: one tensor, set by a fill (a launch with the
+    // value as its argument, no copy, no sync), stands for them all.
+    if (!fused_step_.defined() || fused_step_.device() != params.front().device()) {
+      fused_step_ = torch::zeros({}, params.front().options().dtype(torch::kFloat));
+    }
+    fused_step_.fill_(static_cast<double>(steps_));
+    const std::vector<torch::Tensor> steps(params.size(), fused_step_);
+    at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, at::TensorList(), steps, lr_, a.beta1, a.beta2,
+                      options_.weight_decay, a.eps, /*amsgrad=*/false, /*maximize=*/false);
+    return;
+  }
+#endif
   at::_foreach_mul_(params, 1.0 - lr_ * options_.weight_decay);
   at::_foreach_mul_(exp_avgs, a.beta1);  // exp_avg.lerp_(g, 1 - beta1)
   at::_foreach_add_(exp_avgs, grads, 1.0 - a.beta1);

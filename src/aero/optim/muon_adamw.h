@@ -33,7 +33,17 @@ struct MuonOptions {
 
 struct AdamWOptions {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  // On CUDA, where LibTorch has it (PyTorch >= 2.1), the whole AdamW update
+  // in one multi-tensor kernel (ATen's _fused_adamw_, as torch.optim.AdamW's
+  // fused=True): one launch instead of nine foreach passes, and each tensor
+  // read once. false, or elsewhere: the foreach passes. The two agree to
+  // fp32 round-off.
+  bool fused = true;
 };
+
+// Whether MuonAdamW's AdamW update on tensors like `param` takes the fused
+// kernel (AdamWOptions::fused).
+bool fused_adamw_applies(const torch::Tensor& param);
 
 struct OptimizerOptions {
   std::string name = "muon";  // "muon" (Muon + AdamW) or "adamw" (AdamW only)
@@ -86,6 +96,7 @@ class MuonAdamW {
   std::vector<MuonSlot> muon_;
   std::map<std::pair<int64_t, int64_t>, std::vector<size_t>> muon_groups_;  // by shape
   std::vector<AdamSlot> adam_;
+  torch::Tensor fused_step_;  // the step count as the fused kernel reads it (fp32, on the device)
 };
 
 }  // namespace slipstream::aero
