@@ -5,7 +5,7 @@
 #   build      configure (PyTorch's LibTorch, NCCL found by CMake) and build into build-gpu/
 #              (BUILD_TARGETS: those targets alone)
 #   test       every CTest test, the *_CUDA ones included
-#   cuda       the *_CUDA test binaries alone (CUDA_TESTS: a glob of names), full logs
+#   cuda       the *_CUDA test binaries alone (CUDA_TESTS: globs of names, space-separated), full logs
 #   bench      slipstream bench, volume config: Muon + AdamW, then AdamW
 #   fused      the fused kernels against the plain path, per-kernel timings,
 #              and bench with them on and off (FUSED_ALSO_PLAIN= leaves the plain bench out)
@@ -21,6 +21,9 @@
 #   recompute  bench RECOMPUTE_MODEL at RECOMPUTE_POINTS x RECOMPUTE_MODES (training.recompute), and its sync audit
 #   profile    bench --profile: device time per kernel (and the operators behind them);
 #              PROFILE_ARGS: more bench arguments (e.g. model=geotransolver_volume)
+#   ncu        Nsight Compute on one kernel launch (NCU_KERNEL regex, default the ball query's
+#              search; NCU_SKIP launches skipped; NCU_CMD the program, default ball_query_bench):
+#              its details page and the SASS lines with the most stall samples
 #   gemm       cuBLAS (through PyTorch) per operand layout at the GALE layer's shapes
 #   ab         the same GeoTransolver bench (AB_POINTS, AB_OPTIMIZER) on this tree and on a
 #              base tree (this one with AB_PATCH, a `git diff BASE HEAD` file, reversed),
@@ -87,12 +90,16 @@ stage_test() {
   return $rc
 }
 
-stage_cuda() {  # the CUDA test binaries alone (CUDA_TESTS: a glob of their names)
-  local rc=0
-  for t in build-gpu/tests/${CUDA_TESTS:-*}_CUDA_test; do
-    SLIPSTREAM_BIN="$BIN" "$t" >"$OUT/$(basename "$t").log" 2>&1 || rc=1
-    grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|actual|^GALE|^  grad|^N=|^context projector|^recompute|^gelu_linear|^gelu_mlp" "$OUT/$(basename "$t").log" \
-      | tee -a "$OUT/summary.txt"
+stage_cuda() {  # the CUDA test binaries alone (CUDA_TESTS: globs of their names, space-separated)
+  local rc=0 pattern t patterns
+  read -ra patterns <<<"${CUDA_TESTS:-*}"  # split, not globbed here
+  for pattern in "${patterns[@]}"; do
+    for t in build-gpu/tests/${pattern}_CUDA_test; do
+      [ -x "$t" ] || { log "cuda: no test binary matches $pattern"; rc=1; continue; }
+      SLIPSTREAM_BIN="$BIN" "$t" >"$OUT/$(basename "$t").log" 2>&1 || rc=1
+      grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|actual|^GALE|^  grad|^N=|^context projector|^recompute|^gelu_linear|^gelu_mlp|^layer norm" \
+        "$OUT/$(basename "$t").log" | tee -a "$OUT/summary.txt"
+    done
   done
   return $rc
 }
@@ -268,6 +275,38 @@ stage_profile() {
     --policies async ${PROFILE_ARGS:-}
   python3 scripts/trace_ops.py runs/bench-profile-kernel_trace.json ${PROFILE_KERNELS:-14} 10 2>&1 \
     | tee -a "$OUT/summary.txt"
+  log "profile: where the GPU sits idle"
+  python3 scripts/trace_gaps.py runs/bench-profile-kernel_trace.json 10 16 2>&1 | tee -a "$OUT/summary.txt"
+}
+
+stage_ncu() {
+  local cmd=${NCU_CMD:-build-gpu/bench/ball_query_bench 200000 1}
+  log "ncu: ${NCU_KERNEL:-search_kernel} (launch ${NCU_SKIP:-12} skipped) in: $cmd"
+  ncu --clock-control none --set full --import-source no -k "regex:${NCU_KERNEL:-search_kernel}" \
+    --launch-skip "${NCU_SKIP:-12}" --launch-count 1 -f -o "$OUT/ncu" $cmd >"$OUT/ncu_run.log" 2>&1 ||
+    { tail -20 "$OUT/ncu_run.log" | tee -a "$OUT/summary.txt"; return 1; }
+  ncu --import "$OUT/ncu.ncu-rep" --page details >"$OUT/ncu_details.txt" 2>&1
+  grep -vE "^ +-+ +-+" "$OUT/ncu_details.txt" | head -${NCU_LINES:-220} | tee -a "$OUT/summary.txt"
+  ncu --import "$OUT/ncu.ncu-rep" --page source --print-source sass --csv >"$OUT/ncu_sass.csv" 2>&1
+  python3 - "$OUT/ncu_sass.csv" <<'PY' 2>&1 | tee -a "$OUT/summary.txt"
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1])))
+head = next((i for i, r in enumerate(rows) if any("Source" == c for c in r)), None)
+if head is None:
+    print("ncu: no source table:", rows[:3]); sys.exit()
+cols = rows[head]
+si = cols.index("Source")
+stall = [i for i, c in enumerate(cols) if "Stall Sampling (All" in c] or \
+        [i for i, c in enumerate(cols) if "Sampling" in c]
+def num(r, i):
+    try: return float(r[i].replace(",", ""))
+    except (ValueError, IndexError): return 0.0
+body = [r for r in rows[head + 1:] if len(r) > si]
+total = sum(num(r, stall[0]) for r in body) or 1.0
+print("ncu: SASS lines by stall samples (%s), %d lines" % (cols[stall[0]], len(body)))
+for idx, r in sorted(enumerate(body), key=lambda t: -num(t[1], stall[0]))[:45]:
+    print("%5d %5.1f%%  %s" % (idx, 100 * num(r, stall[0]) / total, r[si][:110]))
+PY
 }
 
 stage_gemm() {
