@@ -32,37 +32,77 @@ void* stream_of(const at::Tensor& t) {
   return at::cuda::getCurrentCUDAStream(t.get_device()).stream();
 }
 
+// The LayerNorm's forward; its mean and 1/std per row go to `mean`, `rstd`.
+at::Tensor layer_norm_forward(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                              double eps, at::Tensor& mean, at::Tensor& rstd) {
+  const int64_t width = x.size(-1), rows = x.numel() / width;
+  auto y = at::empty_like(x);
+  const auto stats = x.options().dtype(at::kFloat);
+  mean = at::empty({rows}, stats);
+  rstd = at::empty({rows}, stats);
+  layer_norm_kernels::forward(x.data_ptr(), w.data_ptr<float>(), b.data_ptr<float>(), rows, width,
+                              static_cast<float>(eps), y.data_ptr(), mean.data_ptr<float>(),
+                              rstd.data_ptr<float>(), stream_of(x));
+  return y;
+}
+
+// {gx, gweight, gbias, none} from saved {x, w, mean, rstd}; `gres`, when
+// defined, is added to gx in the same kernel.
+variable_list layer_norm_backward(const variable_list& saved, const at::Tensor& gy_in,
+                                  const at::Tensor& gres_in) {
+  const auto &x = saved[0], &w = saved[1], &mean = saved[2], &rstd = saved[3];
+  const c10::cuda::CUDAGuard guard(x.device());
+  const int64_t width = x.size(-1), rows = x.numel() / width;
+  auto gw = at::zeros_like(w), gb = at::zeros_like(w);
+  if (!gy_in.defined()) return {gres_in, gw, gb, at::Tensor()};
+  const auto gy = rows_of(gy_in);
+  const auto gres = gres_in.defined() ? rows_of(gres_in) : at::Tensor();
+  auto gx = at::empty_like(x);
+  layer_norm_kernels::backward(gy.data_ptr(), x.data_ptr(), mean.data_ptr<float>(),
+                               rstd.data_ptr<float>(), w.data_ptr<float>(),
+                               gres.defined() ? gres.data_ptr() : nullptr, rows, width,
+                               gx.data_ptr(), gw.data_ptr<float>(), gb.data_ptr<float>(),
+                               stream_of(x));
+  return {gx, gw, gb, at::Tensor()};
+}
+
 class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_in, const at::Tensor& weight,
                             const at::Tensor& bias, double eps) {
     const c10::cuda::CUDAGuard guard(x_in.device());
     const auto x = rows_of(x_in);
-    const int64_t width = x.size(-1), rows = x.numel() / width;
     const auto w = weight.detach().contiguous(), b = bias.detach().contiguous();
-    auto y = at::empty_like(x);
-    const auto stats = x.options().dtype(at::kFloat);
-    auto mean = at::empty({rows}, stats), rstd = at::empty({rows}, stats);
-    layer_norm_kernels::forward(x.data_ptr(), w.data_ptr<float>(), b.data_ptr<float>(), rows, width,
-                                static_cast<float>(eps), y.data_ptr(), mean.data_ptr<float>(),
-                                rstd.data_ptr<float>(), stream_of(x));
+    at::Tensor mean, rstd;
+    auto y = layer_norm_forward(x, w, b, eps, mean, rstd);
     ctx->save_for_backward({x, w, mean, rstd});
     return y;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const auto &x = saved[0], &w = saved[1], &mean = saved[2], &rstd = saved[3];
-    const c10::cuda::CUDAGuard guard(x.device());
-    const auto gy = rows_of(grads[0]);
-    const int64_t width = x.size(-1), rows = x.numel() / width;
-    auto gx = at::empty_like(x);
-    auto gw = at::zeros_like(w), gb = at::zeros_like(w);
-    layer_norm_kernels::backward(gy.data_ptr(), x.data_ptr(), mean.data_ptr<float>(),
-                                 rstd.data_ptr<float>(), w.data_ptr<float>(), rows, width,
-                                 gx.data_ptr(), gw.data_ptr<float>(), gb.data_ptr<float>(),
-                                 stream_of(x));
-    return {gx, gw, gb, at::Tensor()};
+    return layer_norm_backward(ctx->get_saved_variables(), grads[0], at::Tensor());
+  }
+};
+
+// {LayerNorm(x), x}: the second output is x itself (autograd makes it a view
+// of x that leads back here), so the residual path's gradient and the
+// LayerNorm's meet in this backward, in one kernel.
+class LayerNormResidualFunction : public torch::autograd::Function<LayerNormResidualFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x_in,
+                               const at::Tensor& weight, const at::Tensor& bias, double eps) {
+    const c10::cuda::CUDAGuard guard(x_in.device());
+    ctx->set_materialize_grads(false);
+    const auto x = rows_of(x_in);
+    const auto w = weight.detach().contiguous(), b = bias.detach().contiguous();
+    at::Tensor mean, rstd;
+    auto y = layer_norm_forward(x, w, b, eps, mean, rstd);
+    ctx->save_for_backward({x, w, mean, rstd});
+    return {y, x_in};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return layer_norm_backward(ctx->get_saved_variables(), grads[0], grads[1]);
   }
 };
 #endif
@@ -92,6 +132,19 @@ at::Tensor fused_layer_norm(const at::Tensor& x, at::IntArrayRef shape, const at
   }
 #endif
   return layer_norm_in_autocast_dtype(x, shape, weight, bias, eps);
+}
+
+std::pair<at::Tensor, at::Tensor> fused_layer_norm_residual(const at::Tensor& x,
+                                                            at::IntArrayRef shape,
+                                                            const at::Tensor& weight,
+                                                            const at::Tensor& bias, double eps) {
+#ifdef SLIPSTREAM_WITH_CUDA
+  if (shape.size() == 1 && shape[0] == x.size(-1) && layer_norm_kernels_apply(x, weight, bias)) {
+    auto out = LayerNormResidualFunction::apply(x, weight, bias, eps);
+    return {out[0], out[1]};
+  }
+#endif
+  return {layer_norm_in_autocast_dtype(x, shape, weight, bias, eps), x};
 }
 
 }  // namespace slipstream::aero

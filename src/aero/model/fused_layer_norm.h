@@ -10,10 +10,24 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <utility>
+
 namespace slipstream::aero {
 
 at::Tensor fused_layer_norm(const at::Tensor& x, at::IntArrayRef shape, const at::Tensor& weight,
                             const at::Tensor& bias, double eps);
+
+// {fused_layer_norm(x, ...), r}, r equal to x, for a residual block that
+// adds x back to what it makes of the norm (y = f(norm) + r). On the
+// kernels' path r is an output of the same autograd function, so the
+// residual's gradient is added to the LayerNorm's input gradient inside the
+// LayerNorm's backward kernel, before the one rounding to bf16 — instead of
+// autograd summing the two in a separate pass over the (rows, C) tensors.
+// Elsewhere r is x itself, and the result is bitwise that of the two ops.
+std::pair<at::Tensor, at::Tensor> fused_layer_norm_residual(const at::Tensor& x,
+                                                            at::IntArrayRef shape,
+                                                            const at::Tensor& weight,
+                                                            const at::Tensor& bias, double eps);
 
 // Whether fused_layer_norm(x, {x.size(-1)}, weight, bias) runs the CUDA
 // kernels (false in a build without CUDA).

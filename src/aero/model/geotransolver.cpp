@@ -388,12 +388,14 @@ GaleBlockImpl::GaleBlockImpl(int64_t width, const GeoTransolverOptions& o, int64
 
 torch::Tensor GaleBlockImpl::AttentionPart::run_with(const torch::Tensor& x,
                                                      const torch::Tensor& context) {
-  return block->Attn->forward(layer_norm(*block->ln_1, x, block->bf16_layer_norm), context) + x;
+  const auto [norm, residual] = layer_norm_residual(*block->ln_1, x, block->bf16_layer_norm);
+  return block->Attn->forward(norm, context) + residual;
 }
 
 torch::Tensor GaleBlockImpl::MlpPart::run(const torch::Tensor& x) {
   const auto& ln = *block->ln_mlp1[0]->as<torch::nn::LayerNorm>();
-  return block->ln_mlp1[1]->as<Mlp>()->forward(layer_norm(ln, x, block->bf16_layer_norm)) + x;
+  const auto [norm, residual] = layer_norm_residual(ln, x, block->bf16_layer_norm);
+  return block->ln_mlp1[1]->as<Mlp>()->forward(norm) + residual;
 }
 
 torch::Tensor GaleBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& context) {

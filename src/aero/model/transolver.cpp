@@ -54,6 +54,16 @@ torch::Tensor layer_norm(const torch::nn::LayerNormImpl& ln, const torch::Tensor
   return torch::layer_norm(x, o.normalized_shape(), ln.weight, ln.bias, o.eps());
 }
 
+std::pair<torch::Tensor, torch::Tensor> layer_norm_residual(const torch::nn::LayerNormImpl& ln,
+                                                            const torch::Tensor& x,
+                                                            bool bf16_layer_norm) {
+  const auto& o = ln.options;
+  if (bf16_layer_norm) {
+    return fused_layer_norm_residual(x, o.normalized_shape(), ln.weight, ln.bias, o.eps());
+  }
+  return {torch::layer_norm(x, o.normalized_shape(), ln.weight, ln.bias, o.eps()), x};
+}
+
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   if (recompute_gelu && layers->size() == 3) {  // Linear, GELU, Linear: one function
     const auto& l1 = *layers[0]->as<torch::nn::Linear>();
@@ -174,14 +184,15 @@ TransolverBlockImpl::TransolverBlockImpl(const TransolverOptions& o, bool last)
 }
 
 torch::Tensor TransolverBlockImpl::AttentionPart::run(const torch::Tensor& x) {
-  return block->Attn->forward(layer_norm(*block->ln_1, x, block->bf16_layer_norm)) + x;
+  const auto [norm, residual] = layer_norm_residual(*block->ln_1, x, block->bf16_layer_norm);
+  return block->Attn->forward(norm) + residual;
 }
 
 torch::Tensor TransolverBlockImpl::MlpPart::run(const torch::Tensor& x_in) {
   auto& b = *block;
-  const auto x = b.ln_mlp1[1]->as<Mlp>()->forward(layer_norm(
-                     *b.ln_mlp1[0]->as<torch::nn::LayerNorm>(), x_in, b.bf16_layer_norm)) +
-                 x_in;
+  const auto [norm, residual] =
+      layer_norm_residual(*b.ln_mlp1[0]->as<torch::nn::LayerNorm>(), x_in, b.bf16_layer_norm);
+  const auto x = b.ln_mlp1[1]->as<Mlp>()->forward(norm) + residual;
   if (b.ln_mlp2.is_empty()) return x;
   return linear(*b.ln_mlp2[1]->as<torch::nn::Linear>(),
                 layer_norm(*b.ln_mlp2[0]->as<torch::nn::LayerNorm>(), x, b.bf16_layer_norm));

@@ -29,6 +29,7 @@
 
 #include <map>
 #include <string>
+#include <utility>
 
 namespace slipstream::aero {
 
@@ -186,6 +187,11 @@ TORCH_MODULE(Transolver);
 torch::Tensor linear(const torch::nn::LinearImpl& l, const torch::Tensor& x);
 torch::Tensor layer_norm(const torch::nn::LayerNormImpl& ln, const torch::Tensor& x,
                          bool bf16_layer_norm);
+// {layer_norm(ln, x), r} with r equal to x, for a block that adds x back
+// (fused_layer_norm_residual: in bf16, the two gradients meet in one kernel).
+std::pair<torch::Tensor, torch::Tensor> layer_norm_residual(const torch::nn::LayerNormImpl& ln,
+                                                            const torch::Tensor& x,
+                                                            bool bf16_layer_norm);
 
 // Fills `t` from a normal(0, std) truncated to [a, b] (absolute bounds), by
 // the inverse CDF, as torch.nn.init.trunc_normal_ does.

@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -186,6 +187,61 @@ TEST(FusedLayerNormCudaTest, MatchesFp32LayerNormForwardAndBackward_CUDA) {
       EXPECT_LT(ex, 8e-3);
       EXPECT_LT(ew, 1e-4);
       EXPECT_LT(eb, 1e-4);
+    }
+  }
+}
+
+// The residual form, y = f(norm) + r with {norm, r} = fused_layer_norm_residual(x):
+// the same norm, bitwise, as fused_layer_norm; r is x; and x's gradient,
+// the residual's and the norm's summed inside the LayerNorm's backward
+// kernel, matches the two-op form (autograd adding the two) to bf16
+// rounding, the parameter gradients to fp32 round-off. A residual with no
+// gradient (r unused) and a norm with none (norm unused) both work.
+TEST(FusedLayerNormCudaTest, ResidualFormAddsBothGradientsInOneKernel_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  const auto opts = torch::TensorOptions().device(torch::kCUDA);
+  for (const int64_t width : {448, 256}) {
+    for (const int64_t rows : {3, 20001}) {
+      torch::manual_seed(width * 3 + rows);
+      const auto x = (torch::randn({1, rows, width}, opts) * 2 + 0.5).to(torch::kBFloat16);
+      const auto gn = torch::randn({1, rows, width}, opts).to(torch::kBFloat16);
+      const auto gr = torch::randn({1, rows, width}, opts).to(torch::kBFloat16);
+      const auto w = 1 + 0.3 * torch::randn({width}, opts), b = 0.3 * torch::randn({width}, opts);
+      SCOPED_TRACE("width " + std::to_string(width) + ", rows " + std::to_string(rows));
+      for (int use = 0; use < 3; ++use) {  // both, the norm alone, the residual alone
+        torch::Tensor got[3], want[3], y_got, y_want;
+        for (int fused = 0; fused < 2; ++fused) {
+          auto xi = x.clone().requires_grad_(true);
+          auto wi = w.clone().requires_grad_(true), bi = b.clone().requires_grad_(true);
+          torch::Tensor norm, residual;
+          if (fused == 1) {
+            std::tie(norm, residual) = fused_layer_norm_residual(xi, {width}, wi, bi, 1e-5);
+            y_got = norm.detach();
+            EXPECT_TRUE(torch::equal(residual.detach(), x));
+          } else {
+            norm = fused_layer_norm(xi, {width}, wi, bi, 1e-5);
+            residual = xi;
+            y_want = norm.detach();
+          }
+          auto loss = torch::zeros({}, opts);
+          if (use != 2) loss = loss + (norm.to(torch::kFloat) * gn.to(torch::kFloat)).sum();
+          if (use != 1) loss = loss + (residual.to(torch::kFloat) * gr.to(torch::kFloat)).sum();
+          loss.backward();
+          auto& out = fused == 1 ? got : want;
+          out[0] = xi.grad();
+          out[1] = wi.grad().defined() ? wi.grad() : torch::zeros_like(w);
+          out[2] = bi.grad().defined() ? bi.grad() : torch::zeros_like(b);
+        }
+        SCOPED_TRACE("use " + std::to_string(use));
+        EXPECT_TRUE(torch::equal(y_got, y_want));
+        EXPECT_EQ(got[0].scalar_type(), torch::kBFloat16);
+        EXPECT_LT(relative_error(got[0], want[0]), 8e-3);
+        EXPECT_LT(relative_error(got[1], want[1]), 1e-5);
+        EXPECT_LT(relative_error(got[2], want[2]), 1e-5);
+        if (use == 2) {
+          EXPECT_TRUE(torch::equal(got[0], gr));  // nothing but the residual's
+        }
+      }
     }
   }
 }

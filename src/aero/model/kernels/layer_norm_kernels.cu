@@ -133,8 +133,9 @@ template <int V, int E>
 __global__ void __launch_bounds__(kThreads)
     backward_kernel(const bf16* __restrict__ gy, const bf16* __restrict__ x,
                     const float* __restrict__ mean_in, const float* __restrict__ rstd_in,
-                    const float* __restrict__ gamma, int64_t rows, bf16* __restrict__ gx,
-                    float* __restrict__ ggamma, float* __restrict__ gbeta) {
+                    const float* __restrict__ gamma, const bf16* __restrict__ gres,
+                    int64_t rows, bf16* __restrict__ gx, float* __restrict__ ggamma,
+                    float* __restrict__ gbeta) {
   constexpr int C = 32 * E * V;
   __shared__ float red[kWarps][C];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -164,6 +165,13 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = 0; i < V; ++i)
 #pragma unroll
       for (int e = 0; e < E; ++e) gv[i][e] = rstd * (gv[i][e] - a - xv[i][e] * c);
+    if (gres != nullptr) {  // the residual's gradient, added before the one rounding
+      load_row<V, E>(gres + r * C, lane, xv);
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+#pragma unroll
+        for (int e = 0; e < E; ++e) gv[i][e] += xv[i][e];
+    }
     store_row<V, E>(gx + r * C, lane, gv);
   }
   for (int pass = 0; pass < 2; ++pass) {
@@ -214,13 +222,13 @@ void forward_v(const void* x, const float* gamma, const float* beta, int64_t row
 
 template <int V, int E>
 void backward_v(const void* gy, const void* x, const float* mean, const float* rstd,
-                const float* gamma, int64_t rows, void* gx, float* ggamma, float* gbeta,
-                cudaStream_t stream) {
+                const float* gamma, const void* gres, int64_t rows, void* gx, float* ggamma,
+                float* gbeta, cudaStream_t stream) {
   // At most 4 blocks a multiprocessor: each ends with C atomics per parameter.
   const unsigned grid = grid_for(backward_kernel<V, E>, rows, 1, 4);
   backward_kernel<V, E><<<grid, kThreads, 0, stream>>>(
-      static_cast<const bf16*>(gy), static_cast<const bf16*>(x), mean, rstd, gamma, rows,
-      static_cast<bf16*>(gx), ggamma, gbeta);
+      static_cast<const bf16*>(gy), static_cast<const bf16*>(x), mean, rstd, gamma,
+      static_cast<const bf16*>(gres), rows, static_cast<bf16*>(gx), ggamma, gbeta);
   check_launch("backward");
 }
 
@@ -290,13 +298,14 @@ struct Forward {
 struct Backward {
   const void *gy, *x;
   const float *mean, *rstd, *gamma;
+  const void* gres;
   int64_t rows;
   void* gx;
   float *ggamma, *gbeta;
   cudaStream_t s;
   template <int V, int E>
   void run() const {
-    backward_v<V, E>(gy, x, mean, rstd, gamma, rows, gx, ggamma, gbeta, s);
+    backward_v<V, E>(gy, x, mean, rstd, gamma, gres, rows, gx, ggamma, gbeta, s);
   }
 };
 
@@ -313,11 +322,11 @@ void forward(const void* x, const float* gamma, const float* beta, int64_t rows,
 }
 
 void backward(const void* gy, const void* x, const float* mean, const float* rstd,
-              const float* gamma, int64_t rows, int64_t width, void* gx, float* ggamma,
-              float* gbeta, void* stream) {
+              const float* gamma, const void* gres, int64_t rows, int64_t width, void* gx,
+              float* ggamma, float* gbeta, void* stream) {
   check_width(width);
   if (rows == 0) return;
-  dispatch(width, Backward{gy, x, mean, rstd, gamma, rows, gx, ggamma, gbeta,
+  dispatch(width, Backward{gy, x, mean, rstd, gamma, gres, rows, gx, ggamma, gbeta,
                            static_cast<cudaStream_t>(stream)});
 }
 

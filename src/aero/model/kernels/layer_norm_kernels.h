@@ -10,10 +10,12 @@
 // Per row r of width C:  mean_r = sum x / C,  rstd_r = 1 / sqrt(var_r + eps)
 // (var the biased variance, computed from x - mean), y = (x - mean) rstd
 // gamma + beta. Backward, with xhat = (x - mean) rstd and gg = gy gamma:
-//   gx = rstd (gg - mean_C(gg) - xhat mean_C(gg xhat))
+//   gx = rstd (gg - mean_C(gg) - xhat mean_C(gg xhat)) [+ gres]
 //   ggamma += sum_r gy xhat,  gbeta += sum_r gy   (atomics: the caller zeroes)
 // Layouts: x, y, gy, gx (rows, C) bf16 contiguous, 16-byte aligned; gamma,
-// beta, ggamma, gbeta (C) fp32; mean, rstd (rows) fp32. Asynchronous on
+// beta, ggamma, gbeta (C) fp32; mean, rstd (rows) fp32; gres (rows, C) bf16
+// or null: the gradient of a residual path that also reads x, added in fp32
+// before gx is rounded (one pass instead of a separate add). Asynchronous on
 // `stream`; nothing here synchronizes.
 #pragma once
 
@@ -28,7 +30,7 @@ void forward(const void* x, const float* gamma, const float* beta, int64_t rows,
              float eps, void* y, float* mean, float* rstd, void* stream);
 
 void backward(const void* gy, const void* x, const float* mean, const float* rstd,
-              const float* gamma, int64_t rows, int64_t width, void* gx, float* ggamma,
-              float* gbeta, void* stream);
+              const float* gamma, const void* gres, int64_t rows, int64_t width, void* gx,
+              float* ggamma, float* gbeta, void* stream);
 
 }  // namespace slipstream::aero::layer_norm_kernels
