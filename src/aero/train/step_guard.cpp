@@ -24,7 +24,17 @@ void StepGuard::add_controls(StepScalars& scalars, const torch::Tensor& loss,
   for (const auto& g : gradients) {
     if (g.defined()) defined.push_back(g);
   }
-  if (!defined.empty()) {
+  if (!defined.empty() && defined.front().is_cuda()) {
+    // On CUDA, AMP's check: one multi-tensor kernel sets `found` where any
+    // gradient element is NaN or Inf (the unscaling by exactly 1 leaves
+    // every gradient as it is). One op for the host to launch at the step's
+    // end, where the GPU may be waiting on it, instead of _foreach_norm's
+    // tensor a gradient and a stack of them.
+    const auto f32 = defined.front().options().dtype(torch::kFloat);
+    auto found = torch::zeros({1}, f32);
+    at::_amp_foreach_non_finite_check_and_unscale_(defined, found, torch::ones({1}, f32));
+    bad = torch::logical_or(bad, found.squeeze(0) != 0);
+  } else if (!defined.empty()) {
     auto norms = torch::stack(at::_foreach_norm(defined));
     bad = torch::logical_or(bad, torch::logical_not(torch::isfinite(norms.sum())));
   }

@@ -8,6 +8,7 @@
 //   - real training steps (loader, bf16 forward, loss, metrics, backward,
 //     optimizer, readback) make no synchronizing call in the steady state.
 #include "aero/config/config.h"
+#include "aero/train/step_guard.h"
 #include "aero/train/trainer.h"
 #include "core/device/device.h"
 #include "core/distributed/process_group.h"
@@ -23,6 +24,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 namespace slipstream::aero {
 namespace {
@@ -154,6 +156,35 @@ TEST(TrainerCudaTest, SteadyStateStepsMakeNoSynchronizingCall_CUDA) {
 
 // Two GPUs through NCCL: async readback equals blocking readback bitwise and
 // is the count-weighted all-rank mean. Needs 2 CUDA devices.
+// The step guard's gradient check on CUDA (one multi-tensor kernel): a NaN
+// or an Inf in any one of many gradients (of mixed sizes, one undefined)
+// sets this rank's bit, finite ones do not, and the gradients come out
+// bitwise as they went in.
+TEST(StepGuardCudaTest, FlagsANonFiniteGradientAndLeavesTheGradientsAlone_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  const auto opts = torch::TensorOptions().device(torch::kCUDA);
+  const StepGuard guard(/*rank=*/2, /*world_size=*/4, /*lag=*/2);
+  for (const float poison : {0.0f, NAN, INFINITY, -INFINITY}) {
+    std::vector<torch::Tensor> grads;
+    for (int64_t n : {300, 1, 70001, 448, 5}) grads.push_back(torch::randn({n}, opts));
+    grads.insert(grads.begin() + 2, torch::Tensor());
+    if (poison != 0.0f) grads[3][12345] = poison;
+    std::vector<torch::Tensor> before;
+    for (const auto& g : grads) before.push_back(g.defined() ? g.clone() : g);
+    StepScalars scalars;
+    guard.add_controls(scalars, torch::ones({}, opts), grads, false);
+    double mask = -1;
+    for (const auto& e : scalars.entries()) {
+      if (e.key == "control/nonfinite_ranks") mask = e.value.item<double>();
+    }
+    EXPECT_EQ(mask, poison != 0.0f ? 4.0 : 0.0) << poison;  // rank 2's bit
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (!grads[i].defined()) continue;
+      EXPECT_TRUE(torch::allclose(grads[i], before[i], 0.0, 0.0, /*equal_nan=*/true)) << i;
+    }
+  }
+}
+
 TEST(ReadbackNcclTest, TwoRankAsyncEqualsBlockingAndIsTheWeightedMean_CUDA) {
   SKIP_WITHOUT_CUDA();
   if (torch::cuda::device_count() < 2 && !testing::is_worker()) GTEST_SKIP() << "needs 2 GPUs";
