@@ -58,11 +58,10 @@ variable_list layer_norm_backward(const variable_list& saved, const at::Tensor& 
   const auto gy = rows_of(gy_in);
   const auto gres = gres_in.defined() ? rows_of(gres_in) : at::Tensor();
   auto gx = at::empty_like(x);
-  layer_norm_kernels::backward(gy.data_ptr(), x.data_ptr(), mean.data_ptr<float>(),
-                               rstd.data_ptr<float>(), w.data_ptr<float>(),
-                               gres.defined() ? gres.data_ptr() : nullptr, rows, width,
-                               gx.data_ptr(), gw.data_ptr<float>(), gb.data_ptr<float>(),
-                               stream_of(x));
+  layer_norm_kernels::backward(
+      gy.data_ptr(), x.data_ptr(), mean.data_ptr<float>(), rstd.data_ptr<float>(),
+      w.data_ptr<float>(), gres.defined() ? gres.data_ptr() : nullptr, rows, width, gx.data_ptr(),
+      gw.data_ptr<float>(), gb.data_ptr<float>(), stream_of(x));
   return {gx, gw, gb, at::Tensor()};
 }
 

@@ -136,8 +136,8 @@ void MuonAdamW::step() {
     }
     fused_step_.fill_(static_cast<double>(steps_));
     const std::vector<torch::Tensor> steps(params.size(), fused_step_);
-    at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, at::TensorList(), steps, lr_, a.beta1, a.beta2,
-                      options_.weight_decay, a.eps, /*amsgrad=*/false, /*maximize=*/false);
+    at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, at::TensorList(), steps, lr_, a.beta1,
+                      a.beta2, options_.weight_decay, a.eps, /*amsgrad=*/false, /*maximize=*/false);
     return;
   }
 #endif

@@ -133,9 +133,8 @@ template <int V, int E>
 __global__ void __launch_bounds__(kThreads)
     backward_kernel(const bf16* __restrict__ gy, const bf16* __restrict__ x,
                     const float* __restrict__ mean_in, const float* __restrict__ rstd_in,
-                    const float* __restrict__ gamma, const bf16* __restrict__ gres,
-                    int64_t rows, bf16* __restrict__ gx, float* __restrict__ ggamma,
-                    float* __restrict__ gbeta) {
+                    const float* __restrict__ gamma, const bf16* __restrict__ gres, int64_t rows,
+                    bf16* __restrict__ gx, float* __restrict__ ggamma, float* __restrict__ gbeta) {
   constexpr int C = 32 * E * V;
   __shared__ float red[kWarps][C];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
