@@ -98,6 +98,32 @@ TEST(TransolverTest, Bf16LayerNormSwitchChangesNothingWithoutAutocast) {
   EXPECT_TRUE(torch::equal(on->forward(emb, fx), off->forward(emb, fx)));
 }
 
+// layer_norm_residual off the kernels' path (the CPU, either LayerNorm
+// setting): the norm is layer_norm's, the residual is x itself, and a block
+// half built on them, f(norm) + residual, gives x bitwise the gradient of
+// the two-op form.
+TEST(TransolverTest, LayerNormResidualIsTheTwoOpsOffTheKernels) {
+  torch::manual_seed(4);
+  torch::nn::LayerNorm ln(torch::nn::LayerNormOptions({24}));
+  {
+    torch::NoGradGuard no_grad;
+    ln->weight.add_(0.1 * torch::randn_like(ln->weight));
+    ln->bias.add_(0.1 * torch::randn_like(ln->bias));
+  }
+  const auto x0 = torch::randn({1, 37, 24}), up = torch::randn({1, 37, 24});
+  for (const bool bf16 : {false, true}) {
+    auto xa = x0.clone().requires_grad_(true), xb = x0.clone().requires_grad_(true);
+    const auto [norm, residual] = layer_norm_residual(*ln, xa, bf16);
+    EXPECT_TRUE(residual.is_same(xa)) << bf16;
+    const auto want = layer_norm(*ln, xb, bf16);
+    EXPECT_TRUE(torch::equal(norm, want)) << bf16;
+    ((torch::tanh(norm) + residual) * up).sum().backward();
+    ((torch::tanh(want) + xb) * up).sum().backward();
+    EXPECT_TRUE(torch::equal(xa.grad(), xb.grad())) << bf16;
+    EXPECT_GT(xa.grad().abs().max().item<float>(), 0.f);
+  }
+}
+
 // Chunked inference is exact: every chunk size, 1 point and sizes that do
 // not divide N included, gives the unchunked forward to fp32 round-off
 // (sums taken in another order), with PhysicsNeMo's weights and inputs.
