@@ -24,7 +24,8 @@
 #   ncu        Nsight Compute on one kernel launch (NCU_KERNEL regex, default the ball query's
 #              search; NCU_SKIP launches skipped; NCU_CMD the program, default ball_query_bench):
 #              its details page and the SASS lines with the most stall samples
-#   gemm       cuBLAS (through PyTorch) per operand layout at the GALE layer's shapes
+#   gemm       cuBLAS (through PyTorch) per operand layout at the GALE layer's shapes, and
+#              lt_matmul_bench (cuBLASLt's residual epilogue against linear + add) where built
 #   ab         the same GeoTransolver bench (AB_POINTS, AB_OPTIMIZER) on this tree and on a
 #              base tree (this one with AB_PATCH, a `git diff BASE HEAD` file, reversed),
 #              both built here, AB_ROUNDS rounds taken in turn so that drift hits both alike
@@ -312,6 +313,10 @@ PY
 stage_gemm() {
   log "gemm: cuBLAS per operand layout, the GALE layer's shapes at 200k rows"
   python3 scripts/gemm_layouts.py 200000 2>&1 | tee -a "$OUT/summary.txt"
+  if [ -x build-gpu/bench/lt_matmul_bench ]; then
+    log "gemm: cuBLASLt's residual epilogue against linear + add (lt_matmul_bench)"
+    build-gpu/bench/lt_matmul_bench 200000 20 2>&1 | tee -a "$OUT/summary.txt"
+  fi
 }
 
 stage_multi() {

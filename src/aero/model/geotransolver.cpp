@@ -270,22 +270,25 @@ torch::Tensor GaleAttentionImpl::mix_with_parameters(const torch::Tensor& tokens
   return mix_tokens(tokens, context, qkv_project->weight, cross, mixing);
 }
 
-torch::Tensor GaleAttentionImpl::deslice(const torch::Tensor& w, const torch::Tensor& mixed) {
+torch::Tensor GaleAttentionImpl::deslice(const torch::Tensor& w, const torch::Tensor& mixed,
+                                         const torch::Tensor& residual) {
   const int64_t b = w.size(0), n = w.size(1);
   const auto y = torch::einsum("bnhs,bhsd->bnhd", {w, mixed.to(w.scalar_type())});
-  return linear(*out_linear, y.reshape({b, n, heads * dim_head}));
+  return linear_residual(y.reshape({b, n, heads * dim_head}), out_linear->weight, out_linear->bias,
+                         residual);
 }
 
-torch::Tensor GaleAttentionImpl::forward(const torch::Tensor& x_in, const torch::Tensor& context) {
+torch::Tensor GaleAttentionImpl::forward(const torch::Tensor& x_in, const torch::Tensor& context,
+                                         const torch::Tensor& residual) {
   const auto x = autocast_input(x_in);
-  if (domain_group == nullptr && uses_fused(x)) return forward_fused(x, context);
+  if (domain_group == nullptr && uses_fused(x)) return forward_fused(x, context, residual);
   const int64_t b = x.size(0), n = x.size(1);
   const auto [xm, fxm] = linear_pair(x, in_project_x->weight, in_project_x->bias,
                                      in_project_fx->weight, in_project_fx->bias);
   const auto x_mid = xm.view({b, n, heads, dim_head});
   const auto fx_mid = fxm.view({b, n, heads, dim_head});
   const auto [w, tokens] = slice(*in_project_slice, temperature, x_mid, fx_mid, domain_group);
-  return deslice(w, mix_with_parameters(tokens, context));
+  return deslice(w, mix_with_parameters(tokens, context), residual);
 }
 
 void GaleAttentionImpl::accumulate(const torch::Tensor& x, torch::Tensor& norm,
@@ -327,8 +330,8 @@ torch::Tensor pad_last(const torch::Tensor& t, int64_t dp) {
 
 }  // namespace
 
-torch::Tensor GaleAttentionImpl::forward_fused(const torch::Tensor& x,
-                                               const torch::Tensor& context) {
+torch::Tensor GaleAttentionImpl::forward_fused(const torch::Tensor& x, const torch::Tensor& context,
+                                               const torch::Tensor& residual) {
   const int64_t b = x.size(0), n = x.size(1), d = dim_head;
   const int64_t dp = slice_ops::kernel_dim(d);
   const auto [wx, bx] = pad_head_rows(*in_project_x, heads, d, dp);
@@ -373,7 +376,7 @@ torch::Tensor GaleAttentionImpl::forward_fused(const torch::Tensor& x,
                       ? out_linear->weight
                       : torch::constant_pad_nd(out_linear->weight.view({-1, heads, d}), {0, dp - d})
                             .view({out_linear->weight.size(0), heads * dp});
-  return linear(y.reshape({b, n, heads * dp}), wo, out_linear->bias);
+  return linear_residual(y.reshape({b, n, heads * dp}), wo, out_linear->bias, residual);
 }
 
 GaleBlockImpl::GaleBlockImpl(int64_t width, const GeoTransolverOptions& o, int64_t context_dim)
@@ -389,13 +392,13 @@ GaleBlockImpl::GaleBlockImpl(int64_t width, const GeoTransolverOptions& o, int64
 torch::Tensor GaleBlockImpl::AttentionPart::run_with(const torch::Tensor& x,
                                                      const torch::Tensor& context) {
   const auto [norm, residual] = layer_norm_residual(*block->ln_1, x, block->bf16_layer_norm);
-  return block->Attn->forward(norm, context) + residual;
+  return block->Attn->forward(norm, context, residual);
 }
 
 torch::Tensor GaleBlockImpl::MlpPart::run(const torch::Tensor& x) {
   const auto& ln = *block->ln_mlp1[0]->as<torch::nn::LayerNorm>();
   const auto [norm, residual] = layer_norm_residual(ln, x, block->bf16_layer_norm);
-  return block->ln_mlp1[1]->as<Mlp>()->forward(norm) + residual;
+  return block->ln_mlp1[1]->as<Mlp>()->forward_plus(norm, residual);
 }
 
 torch::Tensor GaleBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& context) {

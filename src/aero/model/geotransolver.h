@@ -150,7 +150,10 @@ class GaleAttentionImpl : public torch::nn::Module {
  public:
   GaleAttentionImpl(int64_t dim, int64_t heads, int64_t slices, int64_t context_dim,
                     const std::string& state_mixing_mode, bool fused_attention = true);
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& context);
+  // The attention of x, plus residual where defined (added in out_linear's
+  // GEMM where linear_residual, linear.h, can).
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& context,
+                        const torch::Tensor& residual = {});
   // Whether forward takes the fused path for this (autocast-cast) input.
   bool uses_fused(const torch::Tensor& x) const;
   // forward over all points in chunks, in two passes (plain LibTorch, no
@@ -171,10 +174,12 @@ class GaleAttentionImpl : public torch::nn::Module {
   torch::nn::Sequential concat_project{nullptr};
 
  private:
-  torch::Tensor forward_fused(const torch::Tensor& x, const torch::Tensor& context);
+  torch::Tensor forward_fused(const torch::Tensor& x, const torch::Tensor& context,
+                              const torch::Tensor& residual);
   torch::Tensor mix_with_parameters(const torch::Tensor& tokens, const torch::Tensor& context);
   // w (B, N, H, S) and the mixed tokens back to the points, out_linear.
-  torch::Tensor deslice(const torch::Tensor& w, const torch::Tensor& mixed);
+  torch::Tensor deslice(const torch::Tensor& w, const torch::Tensor& mixed,
+                        const torch::Tensor& residual = {});
   // The self- and cross-attention among the slice tokens and their mix.
   torch::Tensor mix_tokens(const torch::Tensor& tokens, const torch::Tensor& context,
                            const torch::Tensor& qkv_weight, const std::vector<torch::Tensor>& cross,

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "aero/model/lt_matmul.h"
 #include "aero/model/numerics.h"
 
 #ifdef SLIPSTREAM_WITH_CUDA
@@ -110,18 +111,32 @@ at::ScalarType saved_dtype(AutogradContext* ctx, const char* key) {
   return static_cast<at::ScalarType>(ctx->saved_data[key].toInt());
 }
 
+// at::linear(x, w, b), plus r when `residual`: on CUDA for bf16 as one GEMM
+// with r added in its epilogue (lt_matmul::linear_residual), else the two
+// ops.
+at::Tensor linear_plus(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                       const at::Tensor& r, bool residual) {
+  if (!residual) return at::linear(x, w, b);
+  at::Tensor y;
+  if (lt_matmul::linear_residual(x, w, b, r, y)) return y;
+  return at::linear(x, w, b) + r;
+}
+
 // linear(x) or, with `gelu`, linear(gelu(x)); either way x is what is kept
 // for the backward (with gelu: the pre-activation, its GELU recomputed there).
+// With `residual`, r is added to the result (without, r is a placeholder:
+// an autograd function's inputs must be defined tensors in LibTorch 1.13).
 class LinearFunction : public torch::autograd::Function<LinearFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_in, const at::Tensor& w_in,
-                            const at::Tensor& b_in, bool gelu) {
+                            const at::Tensor& b_in, const at::Tensor& r, bool gelu, bool residual) {
     const auto x = autocast_input(x_in), w = autocast_input(w_in), b = autocast_input(b_in);
     ctx->save_for_backward({x, w});
     ctx->saved_data["w_dtype"] = static_cast<int64_t>(w_in.scalar_type());
     ctx->saved_data["b_dtype"] = static_cast<int64_t>(b_in.scalar_type());
     ctx->saved_data["gelu"] = gelu;
-    return at::linear(gelu ? gelu_of(x) : x, w, b);
+    ctx->saved_data["residual"] = residual;
+    return linear_plus(gelu ? gelu_of(x) : x, w, b, r, residual);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -139,19 +154,21 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
       gw = weight_grad(g, (gelu ? a : x).reshape({-1, w.size(1)}), saved_dtype(ctx, "w_dtype"));
     }
     if (ctx->needs_input_grad(2)) gb = column_sum(g).to(saved_dtype(ctx, "b_dtype"));
-    return {gx, gw, gb, at::Tensor()};
+    const bool residual = ctx->saved_data["residual"].toBool();
+    return {gx, gw, gb, residual ? grads[0] : at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 // linear(gelu(linear(x, w1, b1)), w2, b2), keeping x and the hidden layer h
 // for the backward (GELU recomputed there, as in gelu_linear), which makes
 // h's gradient and the first bias's gradient in one pass (on CUDA for bf16)
-// rather than summing the (rows, hidden) gradient again.
+// rather than summing the (rows, hidden) gradient again. With `residual`, r
+// is added to the result (as in LinearFunction).
 class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_in, const at::Tensor& w1_in,
                             const at::Tensor& b1_in, const at::Tensor& w2_in,
-                            const at::Tensor& b2_in) {
+                            const at::Tensor& b2_in, const at::Tensor& r, bool residual) {
     const auto x = autocast_input(x_in), w1 = autocast_input(w1_in), w2 = autocast_input(w2_in);
     const auto h = at::linear(x, w1, autocast_input(b1_in));
     ctx->save_for_backward({x, h, w1, w2});
@@ -159,7 +176,8 @@ class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
     ctx->saved_data["b1_dtype"] = static_cast<int64_t>(b1_in.scalar_type());
     ctx->saved_data["w2_dtype"] = static_cast<int64_t>(w2_in.scalar_type());
     ctx->saved_data["b2_dtype"] = static_cast<int64_t>(b2_in.scalar_type());
-    return at::linear(gelu_of(h), w2, autocast_input(b2_in));
+    ctx->saved_data["residual"] = residual;
+    return linear_plus(gelu_of(h), w2, autocast_input(b2_in), r, residual);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -167,8 +185,9 @@ class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
     const auto &x = saved[0], &h_in = saved[1], &w1 = saved[2], &w2 = saved[3];
     const auto h = h_in.reshape({-1, w1.size(0)});
     const auto g = grads[0].to(x.scalar_type()).reshape({-1, w2.size(0)});
-    variable_list out(5);
+    variable_list out(7);
     if (ctx->needs_input_grad(4)) out[4] = column_sum(g).to(saved_dtype(ctx, "b2_dtype"));
+    if (ctx->saved_data["residual"].toBool()) out[5] = grads[0];
     // dL/dh, gelu(h) and dL/db1.
     auto gh = input_grad(g, w2);
     at::Tensor a, gb1;
@@ -269,7 +288,14 @@ at::Tensor column_sum(const at::Tensor& m) {
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   if (!bias.defined()) return at::linear(x, weight);
-  return LinearFunction::apply(x, weight, bias, false);
+  return LinearFunction::apply(x, weight, bias, x, false, false);
+}
+
+at::Tensor linear_residual(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                           const at::Tensor& residual) {
+  if (!residual.defined()) return linear(x, weight, bias);
+  if (!bias.defined()) return at::linear(x, weight) + residual;
+  return LinearFunction::apply(x, weight, bias, residual, false, true);
 }
 
 std::pair<at::Tensor, at::Tensor> linear_pair(const at::Tensor& x, const at::Tensor& w1,
@@ -282,14 +308,20 @@ std::pair<at::Tensor, at::Tensor> linear_pair(const at::Tensor& x, const at::Ten
 
 at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1,
                     const at::Tensor& w2, const at::Tensor& b2) {
+  return gelu_mlp(x, w1, b1, w2, b2, at::Tensor());
+}
+
+at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1,
+                    const at::Tensor& w2, const at::Tensor& b2, const at::Tensor& residual) {
   TORCH_CHECK(b1.defined() && b2.defined(), "gelu_mlp: both biases must be defined");
-  return GeluMlpFunction::apply(x, w1, b1, w2, b2);
+  const bool with = residual.defined();
+  return GeluMlpFunction::apply(x, w1, b1, w2, b2, with ? residual : x, with);
 }
 
 at::Tensor gelu_linear(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& bias) {
   // An autograd function's inputs must be defined tensors (LibTorch 1.13).
   if (!bias.defined()) return at::linear(at::gelu(h), weight);
-  return LinearFunction::apply(h, weight, bias, true);
+  return LinearFunction::apply(h, weight, bias, h, true, false);
 }
 
 }  // namespace slipstream::aero

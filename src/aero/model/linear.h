@@ -2,7 +2,8 @@
 // Forward: at::linear (the bias folded into the GEMM), under CUDA autocast
 // on x, W and b cast to the autocast dtype as autocast would. Backward: two
 // GEMMs for x and W, and the bias gradient summed in fp32: on CUDA for a
-// bf16 gradient by column_sum_kernels (two deterministic passes), elsewhere
+// bf16 gradient in the weight gradient's GEMM where lt_matmul.h applies,
+// else by column_sum_kernels (two deterministic passes), elsewhere
 // over a wide view of the output gradient: (M, C) is summed as (M / f, f C)
 // and then over the f groups. ATen's own sum over M of an (M, C) bf16
 // gradient with C 256 ran at a fifth of the H200's bandwidth (7.7 ms of a
@@ -17,6 +18,13 @@ namespace slipstream::aero {
 
 // x (..., in), weight (out, in), bias (out) or undefined: (..., out).
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+
+// linear(x, weight, bias) + residual, residual (..., out) or undefined (then
+// linear alone). On CUDA for bf16 one GEMM adds the residual in its epilogue
+// (lt_matmul.h), rounding the sum to bf16 once; elsewhere the two ops, so
+// on the CPU bitwise theirs. residual's gradient is the output's.
+at::Tensor linear_residual(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                           const at::Tensor& residual);
 
 // linear(x, w1, b1) and linear(x, w2, b2) of one x (two projections of
 // it), the same values as the two apart; in the backward x's gradient is
@@ -42,6 +50,11 @@ at::Tensor gelu_linear(const at::Tensor& h, const at::Tensor& weight, const at::
 // apart by fp32 summation order alone. Both biases defined.
 at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1,
                     const at::Tensor& w2, const at::Tensor& b2);
+
+// gelu_mlp(x, w1, b1, w2, b2) + residual, as linear_residual adds it (one
+// GEMM on CUDA for bf16); residual undefined: gelu_mlp alone.
+at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1,
+                    const at::Tensor& w2, const at::Tensor& b2, const at::Tensor& residual);
 
 // The sum over rows of a (rows, width) tensor, accumulated in fp32 (fp64
 // for fp64 input), as described above: (width).

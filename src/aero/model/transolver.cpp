@@ -64,17 +64,28 @@ std::pair<torch::Tensor, torch::Tensor> layer_norm_residual(const torch::nn::Lay
   return {torch::layer_norm(x, o.normalized_shape(), ln.weight, ln.bias, o.eps()), x};
 }
 
-torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return forward_plus(x, {}); }
+
+torch::Tensor MlpImpl::forward_plus(const torch::Tensor& x, const torch::Tensor& residual) {
   if (recompute_gelu && layers->size() == 3) {  // Linear, GELU, Linear: one function
     const auto& l1 = *layers[0]->as<torch::nn::Linear>();
     const auto& l2 = *layers[2]->as<torch::nn::Linear>();
     if (l1.bias.defined() && l2.bias.defined())
-      return gelu_mlp(x, l1.weight, l1.bias, l2.weight, l2.bias);
+      return gelu_mlp(x, l1.weight, l1.bias, l2.weight, l2.bias, residual);
   }
-  torch::Tensor y = linear(*layers[0]->as<torch::nn::Linear>(), x);
+  const size_t last = layers->size() - 1;
+  const auto& l0 = *layers[0]->as<torch::nn::Linear>();
+  torch::Tensor y =
+      aero::linear_residual(x, l0.weight, l0.bias, last == 0 ? residual : torch::Tensor());
   for (size_t i = 2; i < layers->size(); i += 2) {
     const auto& l = *layers[i]->as<torch::nn::Linear>();
-    y = recompute_gelu ? gelu_linear(y, l.weight, l.bias) : linear(l, torch::gelu(y));
+    if (recompute_gelu) {
+      y = gelu_linear(y, l.weight, l.bias);
+      if (i == last && residual.defined()) y = y + residual;
+    } else {
+      y = aero::linear_residual(torch::gelu(y), l.weight, l.bias,
+                                i == last ? residual : torch::Tensor());
+    }
   }
   return y;
 }
@@ -113,7 +124,8 @@ bool PhysicsAttentionImpl::uses_fused(const torch::Tensor& x_mid) const {
   return fused && slice_ops::kernels_apply(x_mid, slices);
 }
 
-torch::Tensor PhysicsAttentionImpl::forward(const torch::Tensor& x_in) {
+torch::Tensor PhysicsAttentionImpl::forward(const torch::Tensor& x_in,
+                                            const torch::Tensor& residual) {
   const int64_t b = x_in.size(0), n = x_in.size(1);
   // Both input projections read x: cast it once under autocast.
   const auto x = autocast_input(x_in);
@@ -135,7 +147,8 @@ torch::Tensor PhysicsAttentionImpl::forward(const torch::Tensor& x_in) {
     auto out_slice = slice_token_attention(slice_token, qkv_project->weight);  // B H G D
     out = torch::einsum("bnhg,bhgc->bnhc", {w, out_slice});                    // B N H D
   }
-  return linear(*out_linear, out.reshape({b, n, heads * dim_head}));
+  return linear_residual(out.reshape({b, n, heads * dim_head}), out_linear->weight,
+                         out_linear->bias, residual);
 }
 
 void PhysicsAttentionImpl::accumulate(const torch::Tensor& x_in, torch::Tensor& norm,
@@ -185,14 +198,14 @@ TransolverBlockImpl::TransolverBlockImpl(const TransolverOptions& o, bool last)
 
 torch::Tensor TransolverBlockImpl::AttentionPart::run(const torch::Tensor& x) {
   const auto [norm, residual] = layer_norm_residual(*block->ln_1, x, block->bf16_layer_norm);
-  return block->Attn->forward(norm) + residual;
+  return block->Attn->forward(norm, residual);
 }
 
 torch::Tensor TransolverBlockImpl::MlpPart::run(const torch::Tensor& x_in) {
   auto& b = *block;
   const auto [norm, residual] =
       layer_norm_residual(*b.ln_mlp1[0]->as<torch::nn::LayerNorm>(), x_in, b.bf16_layer_norm);
-  const auto x = b.ln_mlp1[1]->as<Mlp>()->forward(norm) + residual;
+  const auto x = b.ln_mlp1[1]->as<Mlp>()->forward_plus(norm, residual);
   if (b.ln_mlp2.is_empty()) return x;
   return linear(*b.ln_mlp2[1]->as<torch::nn::Linear>(),
                 layer_norm(*b.ln_mlp2[0]->as<torch::nn::LayerNorm>(), x, b.bf16_layer_norm));

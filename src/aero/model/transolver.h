@@ -67,6 +67,9 @@ class MlpImpl : public torch::nn::Module {
   MlpImpl(int64_t in, int64_t hidden, int64_t out);
   MlpImpl(int64_t in, const std::vector<int64_t>& hidden, int64_t out);
   torch::Tensor forward(const torch::Tensor& x);
+  // forward(x) + residual, the add in the last Linear's GEMM where
+  // linear_residual (linear.h) can (residual undefined: forward(x)).
+  torch::Tensor forward_plus(const torch::Tensor& x, const torch::Tensor& residual);
   torch::nn::Sequential layers{nullptr};
   // Each GELU goes with the Linear after it (linear.h's gelu_linear): the
   // hidden layers are kept for the backward once, before their GELU, which
@@ -81,7 +84,9 @@ void set_mlp_recompute_gelu(torch::nn::Module& root, bool on);
 class PhysicsAttentionImpl : public torch::nn::Module {
  public:
   explicit PhysicsAttentionImpl(const TransolverOptions& o);
-  torch::Tensor forward(const torch::Tensor& x);
+  // The attention of x, plus residual where defined (added in out_linear's
+  // GEMM where linear_residual, linear.h, can).
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& residual = {});
   // The slice weights (B, N, H, G), for tests and tools.
   torch::Tensor slice_weights(const torch::Tensor& x_mid);
   // Whether forward(x) takes the fused path for this x_mid.

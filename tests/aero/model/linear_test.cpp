@@ -137,6 +137,43 @@ TEST(LinearTest, GeluMlpIsLinearThenGeluLinearBitwise) {
   EXPECT_THROW(gelu_mlp(x0, w10, torch::Tensor(), w20, b20), c10::Error);
 }
 
+// Off the GPU's epilogue path the residual forms are the add after the
+// function, bitwise, and the residual's gradient is the output's.
+TEST(LinearTest, ResidualFormsAreTheAddAfterwardsBitwise) {
+  torch::manual_seed(6);
+  const auto x0 = torch::randn({2, 29, 12}), r0 = torch::randn({2, 29, 12});
+  const auto w10 = torch::randn({40, 12}) * 0.3, b10 = torch::randn({40});
+  const auto w20 = torch::randn({12, 40}) * 0.2, b20 = torch::randn({12});
+  const auto wo0 = torch::randn({12, 12}) * 0.3, up = torch::randn({2, 29, 12});
+  const auto leaf = [](const torch::Tensor& t) { return t.clone().requires_grad_(true); };
+  for (const bool mlp : {false, true}) {
+    std::vector<torch::Tensor> with, apart;
+    for (const auto& t : {x0, r0, w10, b10, w20, b20, wo0}) {
+      with.push_back(leaf(t));
+      apart.push_back(leaf(t));
+    }
+    const auto run = [&](std::vector<torch::Tensor>& p, bool fused) {
+      const auto &x = p[0], &r = p[1], &w1 = p[2], &b1 = p[3], &w2 = p[4], &b2 = p[5], &wo = p[6];
+      const auto y =
+          mlp ? (fused ? gelu_mlp(x, w1, b1, w2, b2, r) : gelu_mlp(x, w1, b1, w2, b2) + r)
+              : (fused ? linear_residual(x, wo, b2, r) : linear(x, wo, b2) + r);
+      (y * up).sum().backward();
+      return y.detach();
+    };
+    EXPECT_TRUE(torch::equal(run(with, true), run(apart, false))) << mlp;
+    for (size_t i = 0; i < with.size(); ++i) {
+      ASSERT_EQ(with[i].grad().defined(), apart[i].grad().defined()) << mlp << " " << i;
+      if (with[i].grad().defined()) {
+        EXPECT_TRUE(torch::equal(with[i].grad(), apart[i].grad())) << mlp << " " << i;
+      }
+    }
+    EXPECT_TRUE(torch::equal(with[1].grad(), up)) << mlp;  // the residual's gradient
+  }
+  // An undefined residual is the function alone; no bias: at::linear + r.
+  EXPECT_TRUE(torch::equal(linear_residual(x0, wo0, b20, {}), linear(x0, wo0, b20)));
+  EXPECT_TRUE(torch::equal(linear_residual(x0, wo0, {}, r0), at::linear(x0, wo0) + r0));
+}
+
 TEST(LinearTest, ColumnSumFoldsRowsAndAccumulatesInFloat) {
   const auto m = torch::randn({4000, 256}).to(torch::kBFloat16);
   const auto s = column_sum(m);
