@@ -105,10 +105,15 @@ std::vector<BallQueryResult> grid_search(const at::Tensor& points, const at::Ten
   const auto order64 = order.contiguous();
   kq::pack(p.data_ptr<float>(), order64.data_ptr<int64_t>(), b, n, sorted.data_ptr<float>(),
            stream);
-  auto query_cells = at::empty({b, m}, int32);
-  kq::cell_of(grid, q.data_ptr<float>(), b, m, query_cells.data_ptr<int32_t>(), stream);
-  const auto query_order = std::get<1>(
-      at::sort(query_cells, c10::optional<bool>(false), /*dim=*/1, /*descending=*/false));
+  // The queries are searched in cell order, for locality. Where they are the
+  // points themselves (the models' case) the points' order is that order.
+  at::Tensor query_order = order;
+  if (q.data_ptr() != p.data_ptr() || m != n) {
+    auto query_cells = at::empty({b, m}, int32);
+    kq::cell_of(grid, q.data_ptr<float>(), b, m, query_cells.data_ptr<int32_t>(), stream);
+    query_order = std::get<1>(
+        at::sort(query_cells, c10::optional<bool>(false), /*dim=*/1, /*descending=*/false));
+  }
 
   kq::Search s;
   s.grid = grid;
