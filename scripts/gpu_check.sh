@@ -9,7 +9,7 @@
 #   bench      slipstream bench, volume config: Muon + AdamW, then AdamW
 #   fused      the fused kernels against the plain path, per-kernel timings,
 #              and bench with them on and off (FUSED_ALSO_PLAIN= leaves the plain bench out)
-#   audit      slipstream train --audit-syncs: synchronizing calls per steady step
+#   audit      slipstream train --audit-syncs: synchronizing calls per steady step (AUDIT_MODEL, AUDIT_ARGS)
 #   geo        GeoTransolver volume: bench (fused and plain GALE, AdamW and Muon), its sync audit, the ball query
 #   surface    bench transolver_surface at 200k cells and geotransolver_surface
 #              (SURFACE_GEO_CELLS), then a full-resolution inference of a 9M-cell
@@ -26,7 +26,7 @@
 #              its details page and the SASS lines with the most stall samples
 #   gemm       cuBLAS (through PyTorch) per operand layout at the GALE layer's shapes, and
 #              lt_matmul_bench (cuBLASLt's residual epilogue against linear + add) where built
-#   ab         the same GeoTransolver bench (AB_POINTS, AB_OPTIMIZER) on this tree and on a
+#   ab         the same bench (AB_MODEL, default geotransolver_volume; AB_POINTS, AB_OPTIMIZER) on this tree and on a
 #              base tree (this one with AB_PATCH, a `git diff BASE HEAD` file, reversed),
 #              both built here, AB_ROUNDS rounds taken in turn so that drift hits both alike
 #   multi      2 GPUs: NCCL tests, bench on 1 and 2 GPUs, a 2-rank training
@@ -129,10 +129,11 @@ stage_fused() {
   return $rc
 }
 
-stage_audit() {
-  log "audit: volume config, 200k points, 30 steps"
-  $BIN train --audit-syncs model=transolver_volume dataset=synthetic_volume training.num_epochs=1 \
-    training.steps_per_epoch=30 training.validate=false run_id=audit 2>&1 \
+stage_audit() {  # AUDIT_MODEL (default transolver_volume), AUDIT_ARGS: more train arguments
+  local model=${AUDIT_MODEL:-transolver_volume}
+  log "audit: $model, synthetic volume, 30 steps"
+  $BIN train --audit-syncs model=$model dataset=synthetic_volume training.num_epochs=1 \
+    training.steps_per_epoch=30 training.validate=false run_id=audit-$model ${AUDIT_ARGS:-} 2>&1 \
     | grep -E "Sync audit|error" | tee -a "$OUT/summary.txt"
 }
 
@@ -168,7 +169,7 @@ stage_ab() {
   (cd "$base" && OUT="$OUT/ab-base" bash scripts/gpu_check.sh build >/dev/null 2>&1) ||
     { log "ab: the base tree does not build (see $OUT/ab-base)"; return 1; }
   local args=(--rounds 1 --steps ${AB_STEPS:-10} --warmup 4 --policies async
-    model=geotransolver_volume optimizer.name=${AB_OPTIMIZER:-adamw}
+    model=${AB_MODEL:-geotransolver_volume} optimizer.name=${AB_OPTIMIZER:-adamw}
     dataset.points_per_sample=$((points + points / 20)) dataset.sampling_resolution=$points)
   for r in $(seq "${AB_ROUNDS:-3}"); do
     for tree in this base; do
