@@ -4,12 +4,10 @@
 // ball_query_bench [N] [reps]
 #include "aero/data/synthetic.h"
 #include "aero/model/ball_query.h"
-#include "core/device/device.h"
+#include "bench_timing.h"
 
-#include <torch/cuda.h>
 #include <torch/torch.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -17,10 +15,7 @@
 int main(int argc, char** argv) {
   using namespace slipstream;
   using namespace slipstream::aero;
-  if (!torch::cuda::is_available()) {
-    std::printf("ball_query_bench: no CUDA device\n");
-    return 0;
-  }
+  if (!bench::have_cuda("ball_query_bench")) return 0;
   const int64_t n = argc > 1 ? std::atoll(argv[1]) : 200000;
   const int reps = argc > 2 ? std::atoi(argv[2]) : 3;
   SyntheticOptions o;
@@ -31,16 +26,7 @@ int main(int argc, char** argv) {
       (s.point("points") / s.global_scalar("L_ref", 1.0)).unsqueeze(0).to(dev).contiguous();
   const double radii[] = {0.01, 0.05, 0.25, 1.0, 2.5, 5.0};
   const int64_t ks[] = {8, 16, 32, 32, 64, 128};
-  const auto time_ms = [&](const auto& run) {
-    run();  // warm-up
-    synchronize_device(dev);
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int r = 0; r < reps; ++r) run();
-    synchronize_device(dev);
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-               .count() /
-           reps;
-  };
+  const auto time_ms = [&](const auto& run) { return bench::time_ms(dev, 1, reps, run); };
   double total = 0;
   std::vector<BallQueryScale> scales;
   for (int i = 0; i < 6; ++i) {

@@ -2,36 +2,23 @@
 // replaces, at the GeoTransolver volume layer's shapes, timed with the device
 // synchronised around each run of reps. Usage: lt_matmul_bench [rows] [reps]
 #include "aero/model/lt_matmul.h"
-#include "core/device/device.h"
+#include "bench_timing.h"
 
-#include <torch/cuda.h>
 #include <torch/torch.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 
 int main(int argc, char** argv) {
   using namespace slipstream;
   using namespace slipstream::aero;
-  if (!torch::cuda::is_available()) {
-    std::printf("lt_matmul_bench: no CUDA device\n");
-    return 0;
-  }
+  if (!bench::have_cuda("lt_matmul_bench")) return 0;
   const int64_t rows = argc > 1 ? std::atoll(argv[1]) : 200000;
   const int reps = argc > 2 ? std::atoi(argv[2]) : 20;
   const c10::Device dev(c10::kCUDA, 0);
   const auto opts = torch::dtype(torch::kBFloat16).device(dev);
-  const auto time_ms = [&](const auto& run) {
-    for (int i = 0; i < 3; ++i) run();  // warm-up, and cuBLASLt's heuristic
-    synchronize_device(dev);
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int r = 0; r < reps; ++r) run();
-    synchronize_device(dev);
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-               .count() /
-           reps;
-  };
+  // Three warm-up runs: the first also runs cuBLASLt's heuristic.
+  const auto time_ms = [&](const auto& run) { return bench::time_ms(dev, 3, reps, run); };
   for (const int64_t in : {448, 1792}) {
     const auto x = torch::randn({rows, in}, opts), w = torch::randn({448, in}, opts) * 0.03;
     const auto b = torch::randn({448}, opts), r = torch::randn({rows, 448}, opts);
