@@ -67,6 +67,58 @@ TEST(GeluLinearCudaTest, GeluKernelsMatchAten_CUDA) {
   }
 }
 
+// Every finite bf16 through both GELU paths of linear.h (gelu_linear's
+// forward and backward kernels, gelu_mlp's backward with the bias sums),
+// against ATen's at::gelu and at::gelu_backward on the GPU, bitwise: the
+// kernels read gelu and gelu' from tables for most inputs and compute the
+// rest, and either way must give ATen's values. Identity weights and zero
+// biases make each GEMM pass its operand through exactly (one product by
+// 1 in fp32), so the outputs and the input gradients are the GELU's own
+// (inf and NaN are left out: a product by 0 would spread them).
+TEST(GeluLinearCudaTest, EveryFiniteBf16MatchesAtenBitwise_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  constexpr int64_t kWidth = 256;
+  const auto dev = torch::Device(torch::kCUDA);
+  auto codes = torch::arange(-32768, 32768, torch::dtype(torch::kInt).device(dev));
+  const auto finite_code = ((codes & 0x7f80) != 0x7f80);  // exponent not all ones
+  codes = codes.masked_select(finite_code).to(torch::kShort);
+  const int64_t n = codes.numel() / kWidth * kWidth;
+  ASSERT_EQ(n, 65280);  // 2^16 less the 256 codes of inf and NaN
+  const auto x0 = codes.slice(0, 0, n).view(torch::kBFloat16).reshape({n / kWidth, kWidth});
+  ASSERT_TRUE(torch::isfinite(x0).all().item<bool>());
+  torch::manual_seed(7);
+  const auto bf = torch::dtype(torch::kBFloat16).device(dev);
+  const auto dy = torch::randn({n / kWidth, kWidth}, bf) * 4;
+  const auto eye = torch::eye(kWidth, bf), zero = torch::zeros({kWidth}, bf);
+  const auto want_y = at::gelu(x0), want_g = at::gelu_backward(dy, x0);
+  // Mismatches: values differ, except that two magnitudes below FLT_MIN
+  // count as equal (a GEMM may flush subnormals to zero).
+  const auto same = [](const torch::Tensor& a, const torch::Tensor& b) {
+    const auto tiny = [](const torch::Tensor& t) {
+      return t.to(torch::kFloat).abs() < 1.1754944e-38;
+    };
+    const auto hit = (a == b) | (tiny(a) & tiny(b));
+    return (~hit).sum().item<int64_t>();
+  };
+  {
+    auto x = x0.clone().requires_grad_(true);
+    const auto y = gelu_linear(x, eye, zero);
+    y.backward(dy);
+    EXPECT_EQ(same(y, want_y), 0) << "gelu_linear: outputs unlike at::gelu's";
+    EXPECT_EQ(same(x.grad(), want_g), 0) << "gelu_linear: gradients unlike at::gelu_backward's";
+  }
+  {
+    auto x = x0.clone().requires_grad_(true);
+    auto b1 = zero.clone().requires_grad_(true);
+    const auto y = gelu_mlp(x, eye, b1, eye, zero);
+    y.backward(dy);
+    EXPECT_EQ(same(y, want_y), 0) << "gelu_mlp: outputs unlike at::gelu's";
+    EXPECT_EQ(same(x.grad(), want_g), 0) << "gelu_mlp: gradients unlike at::gelu_backward's";
+    const auto sums = want_g.to(torch::kFloat).sum(0);
+    EXPECT_LT(relative_error(b1.grad().to(torch::kFloat), sums), 1e-2);
+  }
+}
+
 // gelu_mlp on CUDA in bf16, whose backward sums b1's gradient in the GELU
 // pass (width 1792; 36 falls back to a separate sum), against linear then
 // gelu_linear: the output bitwise, every gradient within 1e-3 relative.

@@ -1,8 +1,10 @@
 // GELU's backward and its recompute in one pass, for linear.h's gelu_linear
 // on CUDA: from h and g = dL/dgelu(h) (bf16), it writes dL/dh over g and
 // gelu(h) into a, reading h once. Exact (erf) GELU in fp32 arithmetic, the
-// formulas ATen's kernels use. Plain C++ interface (raw device pointers,
-// cudaStream_t as void*), like slice_kernels.h.
+// formulas ATen's kernels use, bitwise ATen's results for every finite
+// bf16 (most inputs read from per-block tables of those formulas' values).
+// Plain C++ interface (raw device pointers, cudaStream_t as void*), like
+// slice_kernels.h.
 #pragma once
 
 #include <cstdint>
