@@ -84,7 +84,21 @@ def main():
     for key, v in idle.most_common(top):
         print("  %8.3f ms/step %6.0f gaps  %-8s %s  -> %s" %
               (v / steps / 1e3, count[key] / steps, key[0], key[1], key[2]))
-
+    # The host's time in each phase of the trainer's step (its "step.*"
+    # scopes): the sum over the trace per step, and the median of one
+    # phase's runs (the sum also holds one-off runs, such as the first
+    # step's set-up or the epoch's final drain).
+    phases = collections.defaultdict(list)
+    for lst in ops.values():
+        for e in lst:
+            if e["name"].startswith("step."):
+                phases[e["name"]].append(e["dur"])
+    if phases:
+        print("host time per step phase: sum/steps, median run (ms), runs")
+        for name, durs in sorted(phases.items(), key=lambda kv: -sum(kv[1])):
+            durs.sort()
+            print("  %-16s %8.3f %8.3f %5d" %
+                  (name, sum(durs) / steps / 1e3, durs[len(durs) // 2] / 1e3, len(durs)))
 
 if __name__ == "__main__":
     main()

@@ -11,13 +11,16 @@
 #include "core/sinks/jsonl_sink.h"
 #include "core/sinks/tensorboard_sink.h"
 
+#include <ATen/record_function.h>
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 namespace slipstream::aero {
 
@@ -28,6 +31,16 @@ namespace {
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// The profiler's name of a step phase's scope ("step.loader", ...).
+const char* phase_scope_name(Phase p) {
+  static const auto names = [] {
+    std::array<std::string, kPhaseCount> n;
+    for (int i = 0; i < kPhaseCount; ++i) n[i] = std::string("step.") + phase_name(Phase(i));
+    return n;
+  }();
+  return names[static_cast<int>(p)].c_str();
 }
 
 }  // namespace
@@ -106,8 +119,14 @@ EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
       options);
   step_times_.clear();
   if (audit_enabled_ && !audit_.active()) audit_available_ = audit_.start();
+  // Each phase is also a profiler scope, so that a trace (bench --profile,
+  // scripts/trace_gaps.py) says where the host's time in a step goes.
+  std::optional<at::RecordFunction> phase_scope;
   auto phase = [&](Phase p) {
     if (audit_.active()) audit_.set_phase(p);
+    phase_scope.reset();
+    phase_scope.emplace(at::RecordScope::USER_SCOPE);
+    if (phase_scope->isActive()) phase_scope->before(phase_scope_name(p));
   };
   std::vector<torch::Tensor> params = model.parameters();
   const auto epoch_t0 = Clock::now();
@@ -157,6 +176,7 @@ EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
     }
     phase(Phase::kOther);
     readback.drain();
+    phase_scope.reset();
   }
   guard.throw_if_nonfinite();
   EpochResult r = finish_epoch("train", epoch, done, seconds_since(epoch_t0), means.means());
