@@ -22,7 +22,9 @@
 #   profile    bench --profile: device time per kernel (and the operators behind them);
 #              PROFILE_ARGS: more bench arguments (e.g. model=geotransolver_volume)
 #   ncu        Nsight Compute on one kernel launch (NCU_KERNEL regex, default the ball query's
-#              search; NCU_SKIP launches skipped; NCU_CMD the program, default ball_query_bench):
+#              search, matched against NCU_NAME_BASE names: function, or demangled for e.g.
+#              "backward_kernel<.int.56"; NCU_SKIP launches skipped; NCU_CMD the program,
+#              default ball_query_bench):
 #              its details page and the SASS lines with the most stall samples
 #   gemm       cuBLAS (through PyTorch) per operand layout at the GALE layer's shapes, and
 #              lt_matmul_bench (cuBLASLt's residual epilogue against linear + add) where built
@@ -284,7 +286,8 @@ stage_profile() {
 stage_ncu() {
   local cmd=${NCU_CMD:-build-gpu/bench/ball_query_bench 200000 1}
   log "ncu: ${NCU_KERNEL:-search_kernel} (launch ${NCU_SKIP:-12} skipped) in: $cmd"
-  ncu --clock-control none --set full --import-source no -k "regex:${NCU_KERNEL:-search_kernel}" \
+  ncu --clock-control none --set full --import-source no --kernel-name-base "${NCU_NAME_BASE:-function}" \
+    -k "regex:${NCU_KERNEL:-search_kernel}" \
     --launch-skip "${NCU_SKIP:-12}" --launch-count 1 -f -o "$OUT/ncu" $cmd >"$OUT/ncu_run.log" 2>&1 ||
     { tail -20 "$OUT/ncu_run.log" | tee -a "$OUT/summary.txt"; return 1; }
   ncu --import "$OUT/ncu.ncu-rep" --page details >"$OUT/ncu_details.txt" 2>&1
