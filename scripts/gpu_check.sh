@@ -29,8 +29,9 @@
 #   gemm       cuBLAS (through PyTorch) per operand layout at the GALE layer's shapes, and
 #              lt_matmul_bench (cuBLASLt's residual epilogue against linear + add) where built
 #   ab         the same bench (AB_MODEL, default geotransolver_volume; AB_POINTS, AB_OPTIMIZER) on this tree and on a
-#              base tree (this one with AB_PATCH, a `git diff BASE HEAD` file, reversed),
-#              both built here, AB_ROUNDS rounds taken in turn so that drift hits both alike
+#              base tree per file in AB_PATCH (`git diff BASE HEAD` files, space-separated: this tree
+#              with that one reversed), all built here, AB_ROUNDS rounds taken in turn so that
+#              drift hits them alike
 #   multi      2 GPUs: NCCL tests, bench on 1 and 2 GPUs, a 2-rank training
 #   torchrun   2 GPUs through torchrun
 # Usage: bash scripts/gpu_check.sh build test bench
@@ -162,23 +163,29 @@ stage_geo() {
 }
 
 stage_ab() {
-  local base=/tmp/slipstream-ab-base points=${AB_POINTS:-200000} patch
-  patch=$(realpath "${AB_PATCH:?AB_PATCH: a git diff BASE HEAD file}")
-  log "ab: base tree = this tree with $(basename "$patch") reversed"
-  mkdir -p "$base"
-  tar -c --exclude=./build-gpu --exclude=./runs . | tar -x -C "$base"
-  (cd "$base" && patch -R -p1 -s <"$patch") || { log "ab: the patch does not reverse"; return 1; }
-  (cd "$base" && OUT="$OUT/ab-base" bash scripts/gpu_check.sh build >/dev/null 2>&1) ||
-    { log "ab: the base tree does not build (see $OUT/ab-base)"; return 1; }
+  # One base tree per patch in AB_PATCH (space-separated): this tree with
+  # that patch alone reversed, so "this" against each names that change.
+  local points=${AB_POINTS:-200000} patch base i=0 trees=(this) bins=("$BIN")
+  for patch in ${AB_PATCH:?AB_PATCH: git diff BASE HEAD files, space-separated}; do
+    i=$((i + 1))
+    patch=$(realpath "$patch")
+    base=/tmp/slipstream-ab-base-$i
+    log "ab: tree $(basename "$patch" .patch) = this tree with $(basename "$patch") reversed"
+    mkdir -p "$base"
+    tar -c --exclude=./build-gpu --exclude=./runs . | tar -x -C "$base"
+    (cd "$base" && patch -R -p1 -s <"$patch") || { log "ab: $patch does not reverse"; return 1; }
+    (cd "$base" && OUT="$OUT/ab-base-$i" bash scripts/gpu_check.sh build >/dev/null 2>&1) ||
+      { log "ab: the tree without $(basename "$patch") does not build (see $OUT/ab-base-$i)"; return 1; }
+    trees+=("without-$(basename "$patch" .patch)")
+    bins+=("$base/build-gpu/app/slipstream")
+  done
   local args=(--rounds 1 --steps ${AB_STEPS:-10} --warmup 4 --policies async
     model=${AB_MODEL:-geotransolver_volume} optimizer.name=${AB_OPTIMIZER:-adamw}
     dataset.points_per_sample=$((points + points / 20)) dataset.sampling_resolution=$points)
   for r in $(seq "${AB_ROUNDS:-3}"); do
-    for tree in this base; do
-      local bin=$BIN
-      [ $tree = base ] && bin=$base/build-gpu/app/slipstream
-      echo "ab round $r $tree: $("$bin" bench "${args[@]}" run_id=ab-$tree-$r 2>&1 | grep -E '^async')" |
-        tee -a "$OUT/summary.txt"
+    for i in "${!trees[@]}"; do
+      echo "ab round $r ${trees[$i]}: $("${bins[$i]}" bench "${args[@]}" run_id=ab-$i-$r 2>&1 |
+        grep -E '^async')" | tee -a "$OUT/summary.txt"
     done
   done
 }
