@@ -100,5 +100,6 @@ def main():
             print("  %-16s %8.3f %8.3f %5d" %
                   (name, sum(durs) / steps / 1e3, durs[len(durs) // 2] / 1e3, len(durs)))
 
+
 if __name__ == "__main__":
     main()
