@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "aero/model/linear.h"
 #include "aero/model/numerics.h"
 
 #ifdef SLIPSTREAM_WITH_CUDA
@@ -47,7 +48,8 @@ at::Tensor layer_norm_forward(const at::Tensor& x, const at::Tensor& w, const at
 }
 
 // {gx, gweight, gbias, none} from saved {x, w, mean, rstd}; `gres`, when
-// defined, is added to gx in the same kernel.
+// defined, is added to gx in the same kernel, which also sums gx over its
+// rows: offered (linear.h) to the Linear that wrote x as its bias gradient.
 variable_list layer_norm_backward(const variable_list& saved, const at::Tensor& gy_in,
                                   const at::Tensor& gres_in) {
   const auto &x = saved[0], &w = saved[1], &mean = saved[2], &rstd = saved[3];
@@ -58,10 +60,12 @@ variable_list layer_norm_backward(const variable_list& saved, const at::Tensor& 
   const auto gy = rows_of(gy_in);
   const auto gres = gres_in.defined() ? rows_of(gres_in) : at::Tensor();
   auto gx = at::empty_like(x);
+  auto sums = at::zeros_like(w);
   layer_norm_kernels::backward(
       gy.data_ptr(), x.data_ptr(), mean.data_ptr<float>(), rstd.data_ptr<float>(),
       w.data_ptr<float>(), gres.defined() ? gres.data_ptr() : nullptr, rows, width, gx.data_ptr(),
-      gw.data_ptr<float>(), gb.data_ptr<float>(), stream_of(x));
+      gw.data_ptr<float>(), gb.data_ptr<float>(), sums.data_ptr<float>(), stream_of(x));
+  offer_column_sums(gx, sums);
   return {gx, gw, gb, at::Tensor()};
 }
 

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 
 #include "aero/model/lt_matmul.h"
@@ -21,6 +23,32 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+struct Offer {
+  c10::weak_intrusive_ptr<c10::TensorImpl> grad{c10::intrusive_ptr<c10::TensorImpl>()};
+  uint32_t version = 0;
+  at::Tensor sums;
+};
+constexpr size_t kOffers = 4;
+thread_local std::array<Offer, kOffers> offers;
+thread_local size_t next_offer = 0;
+std::atomic<int64_t> offers_used{0};
+
+// The bias gradient from `grad`, the output gradient autograd passed in, and
+// g, its (rows, out) view: the sums offered for grad, else column_sum(g).
+// An offer is taken once: it is withdrawn as it is used.
+at::Tensor bias_grad(const at::Tensor& grad, const at::Tensor& g, at::ScalarType dtype) {
+  for (auto& o : offers) {
+    if (!o.sums.defined() || o.sums.numel() != g.size(1)) continue;
+    const auto held = o.grad.lock();
+    if (held.get() != grad.unsafeGetTensorImpl() || o.version != grad._version()) continue;
+    auto sums = std::move(o.sums);
+    o = Offer();
+    offers_used.fetch_add(1, std::memory_order_relaxed);
+    return sums.to(dtype);
+  }
+  return column_sum(g).to(dtype);
+}
 
 // On CUDA for bf16: g <- gelu_backward(g, h) in place and a = gelu(h), in
 // one pass (gelu_kernels.h). False (nothing done) where the kernel does not
@@ -156,7 +184,7 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
       if (gelu && !a.defined()) a = gelu_of(x);
       gw = weight_grad(g, (gelu ? a : x).reshape({-1, w.size(1)}), saved_dtype(ctx, "w_dtype"));
     }
-    if (ctx->needs_input_grad(2)) gb = column_sum(g).to(saved_dtype(ctx, "b_dtype"));
+    if (ctx->needs_input_grad(2)) gb = bias_grad(grads[0], g, saved_dtype(ctx, "b_dtype"));
     const bool residual = ctx->saved_data["residual"].toBool();
     return {gx, gw, gb, residual ? grads[0] : at::Tensor(), at::Tensor(), at::Tensor()};
   }
@@ -189,7 +217,7 @@ class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
     const auto h = h_in.reshape({-1, w1.size(0)});
     const auto g = grads[0].to(x.scalar_type()).reshape({-1, w2.size(0)});
     variable_list out(7);
-    if (ctx->needs_input_grad(4)) out[4] = column_sum(g).to(saved_dtype(ctx, "b2_dtype"));
+    if (ctx->needs_input_grad(4)) out[4] = bias_grad(grads[0], g, saved_dtype(ctx, "b2_dtype"));
     if (ctx->saved_data["residual"].toBool()) out[5] = grads[0];
     // dL/dh, gelu(h) and dL/db1.
     auto gh = input_grad(g, w2);
@@ -249,7 +277,7 @@ class LinearPairFunction : public torch::autograd::Function<LinearPairFunction> 
       if (ctx->needs_input_grad(1 + 2 * i))
         out[1 + 2 * i] = weight_grad(g[i], x2, saved_dtype(ctx, w_key[i]));
       if (ctx->needs_input_grad(2 + 2 * i))
-        out[2 + 2 * i] = column_sum(g[i]).to(saved_dtype(ctx, b_key[i]));
+        out[2 + 2 * i] = bias_grad(grads[i], g[i], saved_dtype(ctx, b_key[i]));
     }
     return out;
   }
@@ -288,6 +316,29 @@ at::Tensor column_sum(const at::Tensor& m) {
       .view({fold, width})
       .sum(0);
 }
+
+void offer_column_sums(const at::Tensor& grad, const at::Tensor& sums) {
+  TORCH_CHECK(grad.defined() && grad.dim() >= 1 && sums.dim() == 1 && sums.numel() == grad.size(-1),
+              "offer_column_sums: sums must be (grad.size(-1))");
+  auto& o = offers[next_offer];
+  next_offer = (next_offer + 1) % kOffers;
+  o.grad = c10::weak_intrusive_ptr<c10::TensorImpl>(grad.getIntrusivePtr());
+  o.version = grad._version();
+  o.sums = sums;
+}
+
+at::Tensor offered_column_sums(const at::Tensor& grad) {
+  if (!grad.defined()) return {};
+  for (const auto& o : offers) {
+    if (o.sums.defined() && o.version == grad._version() &&
+        o.grad.lock().get() == grad.unsafeGetTensorImpl()) {
+      return o.sums;
+    }
+  }
+  return {};
+}
+
+int64_t offered_column_sums_used() { return offers_used.load(std::memory_order_relaxed); }
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   if (!bias.defined()) return at::linear(x, weight);

@@ -12,6 +12,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <utility>
 
 namespace slipstream::aero {
@@ -59,5 +60,25 @@ at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor&
 // The sum over rows of a (rows, width) tensor, accumulated in fp32 (fp64
 // for fp64 input), as described above: (width).
 at::Tensor column_sum(const at::Tensor& m);
+
+// Column sums made by whoever made a gradient, offered to the Linear whose
+// output it is the gradient of: a backward that produces `grad` and has its
+// sums over rows at hand (the LayerNorm kernels' backward, which reads every
+// value anyway) offers them, and the Linear's backward takes them as its
+// bias gradient instead of summing the gradient again (column_sum).
+// An offer holds for that very tensor alone (not a view or a copy of it),
+// while it is alive and unchanged (its version counter): a gradient that
+// autograd summed from several uses, or changed in place, is a new or
+// changed tensor, and the Linear sums it itself. A Linear that takes an
+// offer withdraws it. Offers are kept per thread
+// (autograd runs a device's backward on one thread), the last few only.
+// sums: (grad.size(-1)), fp32.
+void offer_column_sums(const at::Tensor& grad, const at::Tensor& sums);
+
+// The sums offered for `grad`, or an undefined tensor.
+at::Tensor offered_column_sums(const at::Tensor& grad);
+
+// How many times a Linear's backward took offered sums (for tests).
+int64_t offered_column_sums_used();
 
 }  // namespace slipstream::aero

@@ -184,5 +184,67 @@ TEST(LinearTest, ColumnSumFoldsRowsAndAccumulatesInFloat) {
   EXPECT_LT(relative_error(column_sum(odd), odd.sum(0)), 1e-15);
 }
 
+// An offer holds for that very tensor while it is alive and unchanged: not
+// for a view or an equal copy, not after an in-place change.
+TEST(LinearTest, OfferedColumnSumsHoldForThatTensorUnchanged) {
+  auto g = torch::randn({5, 3});
+  const auto sums = torch::tensor({1.0f, 2.0f, 3.0f});
+  EXPECT_FALSE(offered_column_sums(g).defined());
+  offer_column_sums(g, sums);
+  ASSERT_TRUE(offered_column_sums(g).defined());
+  EXPECT_TRUE(torch::equal(offered_column_sums(g), sums));
+  EXPECT_FALSE(offered_column_sums(g.view({5, 3})).defined());
+  EXPECT_FALSE(offered_column_sums(g.clone()).defined());
+  g.add_(1);
+  EXPECT_FALSE(offered_column_sums(g).defined());
+  EXPECT_THROW(offer_column_sums(g, torch::zeros({4})), c10::Error);
+
+  // Later offers do not displace an earlier one within the last few.
+  auto h = torch::randn({2, 3});
+  offer_column_sums(h, sums);
+  offer_column_sums(torch::randn({2, 3}), sums * 2);
+  EXPECT_TRUE(torch::equal(offered_column_sums(h), sums));
+}
+
+// Linear, the MLP and the pair take an offered sum of their output's
+// gradient as their bias gradient (here a marker unlike the true sum), and
+// sum it themselves when none is offered.
+TEST(LinearTest, BiasGradientTakesTheOfferedSumOfTheOutputGradient) {
+  torch::manual_seed(11);
+  const auto x = torch::randn({6, 4});
+  const auto up = torch::randn({6, 3}), marker = torch::tensor({7.0f, -8.0f, 9.0f});
+  for (const bool offered : {false, true}) {
+    SCOPED_TRACE(offered ? "offered" : "not offered");
+    auto w = torch::randn({3, 4}).requires_grad_(true), b = torch::randn({3}).requires_grad_(true);
+    const auto before = offered_column_sums_used();
+    if (offered) offer_column_sums(up, marker);
+    torch::autograd::backward({linear(x, w, b)}, {up});
+    EXPECT_TRUE(torch::allclose(b.grad(), offered ? marker : up.sum(0))) << b.grad();
+    EXPECT_EQ(offered_column_sums_used() - before, offered ? 1 : 0);
+    EXPECT_FALSE(offered_column_sums(up).defined());  // taken, so withdrawn
+
+    auto w1 = torch::randn({5, 4}).requires_grad_(true),
+         b1 = torch::randn({5}).requires_grad_(true);
+    auto w2 = torch::randn({3, 5}).requires_grad_(true),
+         b2 = torch::randn({3}).requires_grad_(true);
+    const auto up2 = up * 2;
+    if (offered) offer_column_sums(up2, marker);
+    torch::autograd::backward({gelu_mlp(x, w1, b1, w2, b2)}, {up2});
+    EXPECT_TRUE(torch::allclose(b2.grad(), offered ? marker : up2.sum(0))) << b2.grad();
+    EXPECT_EQ(offered_column_sums_used() - before, offered ? 2 : 0);  // b2's; b1 sums its own
+
+    auto wa = torch::randn({3, 4}).requires_grad_(true),
+         ba = torch::randn({3}).requires_grad_(true);
+    auto wb = torch::randn({3, 4}).requires_grad_(true),
+         bb = torch::randn({3}).requires_grad_(true);
+    const auto upb = up * 3;
+    if (offered) offer_column_sums(upb, marker);
+    const auto pair = linear_pair(x, wa, ba, wb, bb);
+    torch::autograd::backward({pair.first, pair.second}, {up, upb});
+    EXPECT_TRUE(torch::allclose(ba.grad(), up.sum(0)));  // up's offer was taken above
+    EXPECT_TRUE(torch::allclose(bb.grad(), offered ? marker : upb.sum(0))) << bb.grad();
+  }
+}
+
 }  // namespace
 }  // namespace slipstream::aero

@@ -298,6 +298,77 @@ TEST(FusedLayerNormCudaTest, ResidualFormAddsBothGradientsInOneKernel_CUDA) {
   }
 }
 
+// The backward also sums x's gradient over rows (bf16 values as stored) and
+// offers the sums to the Linear that made x: its bias gradient is then
+// that sum, within fp32 summation order of column_sum's; and a Linear
+// whose output also goes elsewhere (autograd sums the two gradients) sums
+// its own.
+TEST(FusedLayerNormCudaTest, BackwardSumsTheInputGradientForTheLinearBefore_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  const auto opts = torch::TensorOptions().device(torch::kCUDA);
+  for (const int64_t width : {448, 256}) {
+    for (const bool residual : {false, true}) {
+      for (const bool shared : {false, true}) {
+        SCOPED_TRACE("width " + std::to_string(width) + (residual ? ", residual" : "") +
+                     (shared ? ", output also used elsewhere" : ""));
+        torch::manual_seed(width + residual * 2 + shared);
+        const int64_t rows = 20001;
+        const auto x = torch::randn({1, rows, width}, opts).to(torch::kBFloat16);
+        auto w = (0.05 * torch::randn({width, width}, opts)).requires_grad_(true);
+        auto b = torch::randn({width}, opts).requires_grad_(true);
+        const auto lw = 1 + 0.3 * torch::randn({width}, opts),
+                   lb = 0.3 * torch::randn({width}, opts);
+        const auto gn = torch::randn({1, rows, width}, opts).to(torch::kBFloat16);
+        const auto gr = torch::randn({1, rows, width}, opts).to(torch::kBFloat16);
+        const auto before = offered_column_sums_used();
+        torch::Tensor y;
+        {
+          AutocastGuard autocast(x.device(), true);
+          y = linear(x, w, b);
+        }
+        ASSERT_EQ(y.scalar_type(), torch::kBFloat16);
+        auto yl = y.detach().requires_grad_(true);  // the gradient y gets, to check against
+        torch::Tensor loss;
+        if (residual) {
+          auto [norm, res] = fused_layer_norm_residual(y, {width}, lw, lb, 1e-5);
+          loss = (norm.to(torch::kFloat) * gn.to(torch::kFloat)).sum() +
+                 (res.to(torch::kFloat) * gr.to(torch::kFloat)).sum();
+        } else {
+          loss =
+              (fused_layer_norm(y, {width}, lw, lb, 1e-5).to(torch::kFloat) * gn.to(torch::kFloat))
+                  .sum();
+        }
+        if (shared) loss = loss + (y.to(torch::kFloat) * gr.to(torch::kFloat)).sum();
+        // y's gradient as the LayerNorm makes it, summed apart in fp64.
+        torch::Tensor gy;
+        {
+          torch::Tensor ln_loss;
+          if (residual) {
+            auto [norm, res] = fused_layer_norm_residual(yl, {width}, lw, lb, 1e-5);
+            ln_loss = (norm.to(torch::kFloat) * gn.to(torch::kFloat)).sum() +
+                      (res.to(torch::kFloat) * gr.to(torch::kFloat)).sum();
+          } else {
+            ln_loss = (fused_layer_norm(yl, {width}, lw, lb, 1e-5).to(torch::kFloat) *
+                       gn.to(torch::kFloat))
+                          .sum();
+          }
+          ln_loss.backward();
+          gy = yl.grad();
+          if (shared) gy = gy + gr;  // as autograd adds the two, in bf16
+          gy = gy.to(torch::kDouble);
+        }
+        const auto used_by_check = offered_column_sums_used();
+        EXPECT_EQ(used_by_check, before);  // yl is a leaf: no Linear took it
+        loss.backward();
+        EXPECT_EQ(offered_column_sums_used() - used_by_check, shared ? 0 : 1);
+        const auto want = gy.reshape({rows, width}).sum(0);
+        EXPECT_EQ(b.grad().scalar_type(), torch::kFloat);
+        EXPECT_LT(relative_error(b.grad(), want.to(torch::kFloat)), 1e-5);
+      }
+    }
+  }
+}
+
 // A width the kernels do not take runs the ATen fallback, still in bf16.
 TEST(FusedLayerNormCudaTest, OtherWidthsFallBackToAten_CUDA) {
   SKIP_WITHOUT_CUDA();

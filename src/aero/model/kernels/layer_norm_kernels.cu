@@ -134,12 +134,13 @@ __global__ void __launch_bounds__(kThreads)
     backward_kernel(const bf16* __restrict__ gy, const bf16* __restrict__ x,
                     const float* __restrict__ mean_in, const float* __restrict__ rstd_in,
                     const float* __restrict__ gamma, const bf16* __restrict__ gres, int64_t rows,
-                    bf16* __restrict__ gx, float* __restrict__ ggamma, float* __restrict__ gbeta) {
+                    bf16* __restrict__ gx, float* __restrict__ ggamma, float* __restrict__ gbeta,
+                    float* __restrict__ gsum) {
   constexpr int C = 32 * E * V;
   __shared__ float red[kWarps][C];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t warps = int64_t(gridDim.x) * kWarps;
-  float g[V][E], dg[V][E] = {}, db[V][E] = {};
+  float g[V][E], dg[V][E] = {}, db[V][E] = {}, ds[V][E] = {};
   load_params<V, E>(gamma, lane, g);
   for (int64_t r = int64_t(blockIdx.x) * kWarps + warp; r < rows; r += warps) {
     float xv[V][E], gv[V][E];
@@ -171,10 +172,19 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int e = 0; e < E; ++e) gv[i][e] += xv[i][e];
     }
+    if (gsum != nullptr) {  // the sums of gx as stored, rounded to bf16
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+#pragma unroll
+        for (int e = 0; e < E; ++e) ds[i][e] += __bfloat162float(__float2bfloat16_rn(gv[i][e]));
+    }
     store_row<V, E>(gx + r * C, lane, gv);
   }
-  for (int pass = 0; pass < 2; ++pass) {
-    const auto& part = pass == 0 ? dg : db;
+#pragma unroll
+  for (int pass = 0; pass < 3; ++pass) {
+    if (pass == 2 && gsum == nullptr) break;
+    const auto& part = pass == 0 ? dg : (pass == 1 ? db : ds);
+    float* const target = pass == 0 ? ggamma : (pass == 1 ? gbeta : gsum);
 #pragma unroll
     for (int i = 0; i < V; ++i)
 #pragma unroll
@@ -184,7 +194,7 @@ __global__ void __launch_bounds__(kThreads)
       float s = 0.0f;
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) s += red[w][col];
-      atomicAdd((pass == 0 ? ggamma : gbeta) + col, s);
+      atomicAdd(target + col, s);
     }
     __syncthreads();
   }
@@ -222,12 +232,12 @@ void forward_v(const void* x, const float* gamma, const float* beta, int64_t row
 template <int V, int E>
 void backward_v(const void* gy, const void* x, const float* mean, const float* rstd,
                 const float* gamma, const void* gres, int64_t rows, void* gx, float* ggamma,
-                float* gbeta, cudaStream_t stream) {
+                float* gbeta, float* gsum, cudaStream_t stream) {
   // At most 4 blocks a multiprocessor: each ends with C atomics per parameter.
   const unsigned grid = grid_for(backward_kernel<V, E>, rows, 1, 4);
   backward_kernel<V, E><<<grid, kThreads, 0, stream>>>(
       static_cast<const bf16*>(gy), static_cast<const bf16*>(x), mean, rstd, gamma,
-      static_cast<const bf16*>(gres), rows, static_cast<bf16*>(gx), ggamma, gbeta);
+      static_cast<const bf16*>(gres), rows, static_cast<bf16*>(gx), ggamma, gbeta, gsum);
   check_launch("backward");
 }
 
@@ -300,11 +310,11 @@ struct Backward {
   const void* gres;
   int64_t rows;
   void* gx;
-  float *ggamma, *gbeta;
+  float *ggamma, *gbeta, *gsum;
   cudaStream_t s;
   template <int V, int E>
   void run() const {
-    backward_v<V, E>(gy, x, mean, rstd, gamma, gres, rows, gx, ggamma, gbeta, s);
+    backward_v<V, E>(gy, x, mean, rstd, gamma, gres, rows, gx, ggamma, gbeta, gsum, s);
   }
 };
 
@@ -322,10 +332,10 @@ void forward(const void* x, const float* gamma, const float* beta, int64_t rows,
 
 void backward(const void* gy, const void* x, const float* mean, const float* rstd,
               const float* gamma, const void* gres, int64_t rows, int64_t width, void* gx,
-              float* ggamma, float* gbeta, void* stream) {
+              float* ggamma, float* gbeta, float* gsum, void* stream) {
   check_width(width);
   if (rows == 0) return;
-  dispatch(width, Backward{gy, x, mean, rstd, gamma, gres, rows, gx, ggamma, gbeta,
+  dispatch(width, Backward{gy, x, mean, rstd, gamma, gres, rows, gx, ggamma, gbeta, gsum,
                            static_cast<cudaStream_t>(stream)});
 }
 

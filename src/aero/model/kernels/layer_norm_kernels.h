@@ -12,8 +12,10 @@
 // gamma + beta. Backward, with xhat = (x - mean) rstd and gg = gy gamma:
 //   gx = rstd (gg - mean_C(gg) - xhat mean_C(gg xhat)) [+ gres]
 //   ggamma += sum_r gy xhat,  gbeta += sum_r gy   (atomics: the caller zeroes)
+//   gsum += sum_r gx   (of gx as stored, rounded to bf16; only where gsum is
+//                       not null: the bias gradient of a Linear that wrote x)
 // Layouts: x, y, gy, gx (rows, C) bf16 contiguous, 16-byte aligned; gamma,
-// beta, ggamma, gbeta (C) fp32; mean, rstd (rows) fp32; gres (rows, C) bf16
+// beta, ggamma, gbeta, gsum (C) fp32; mean, rstd (rows) fp32; gres (rows, C) bf16
 // or null: the gradient of a residual path that also reads x, added in fp32
 // before gx is rounded (one pass instead of a separate add). Asynchronous on
 // `stream`; nothing here synchronizes.
@@ -31,6 +33,6 @@ void forward(const void* x, const float* gamma, const float* beta, int64_t rows,
 
 void backward(const void* gy, const void* x, const float* mean, const float* rstd,
               const float* gamma, const void* gres, int64_t rows, int64_t width, void* gx,
-              float* ggamma, float* gbeta, void* stream);
+              float* ggamma, float* gbeta, float* gsum, void* stream);
 
 }  // namespace slipstream::aero::layer_norm_kernels
