@@ -213,9 +213,10 @@ TEST(LinearTest, BiasGradientTakesTheOfferedSumOfTheOutputGradient) {
   torch::manual_seed(11);
   const auto x = torch::randn({6, 4});
   const auto up = torch::randn({6, 3}), marker = torch::tensor({7.0f, -8.0f, 9.0f});
+  const auto param = [](at::IntArrayRef shape) { return torch::randn(shape).requires_grad_(true); };
   for (const bool offered : {false, true}) {
     SCOPED_TRACE(offered ? "offered" : "not offered");
-    auto w = torch::randn({3, 4}).requires_grad_(true), b = torch::randn({3}).requires_grad_(true);
+    auto w = param({3, 4}), b = param({3});
     const auto before = offered_column_sums_used();
     if (offered) offer_column_sums(up, marker);
     torch::autograd::backward({linear(x, w, b)}, {up});
@@ -223,20 +224,14 @@ TEST(LinearTest, BiasGradientTakesTheOfferedSumOfTheOutputGradient) {
     EXPECT_EQ(offered_column_sums_used() - before, offered ? 1 : 0);
     EXPECT_FALSE(offered_column_sums(up).defined());  // taken, so withdrawn
 
-    auto w1 = torch::randn({5, 4}).requires_grad_(true),
-         b1 = torch::randn({5}).requires_grad_(true);
-    auto w2 = torch::randn({3, 5}).requires_grad_(true),
-         b2 = torch::randn({3}).requires_grad_(true);
+    auto w1 = param({5, 4}), b1 = param({5}), w2 = param({3, 5}), b2 = param({3});
     const auto up2 = up * 2;
     if (offered) offer_column_sums(up2, marker);
     torch::autograd::backward({gelu_mlp(x, w1, b1, w2, b2)}, {up2});
     EXPECT_TRUE(torch::allclose(b2.grad(), offered ? marker : up2.sum(0))) << b2.grad();
     EXPECT_EQ(offered_column_sums_used() - before, offered ? 2 : 0);  // b2's; b1 sums its own
 
-    auto wa = torch::randn({3, 4}).requires_grad_(true),
-         ba = torch::randn({3}).requires_grad_(true);
-    auto wb = torch::randn({3, 4}).requires_grad_(true),
-         bb = torch::randn({3}).requires_grad_(true);
+    auto wa = param({3, 4}), ba = param({3}), wb = param({3, 4}), bb = param({3});
     const auto upb = up * 3;
     if (offered) offer_column_sums(upb, marker);
     const auto pair = linear_pair(x, wa, ba, wb, bb);

@@ -328,31 +328,21 @@ TEST(FusedLayerNormCudaTest, BackwardSumsTheInputGradientForTheLinearBefore_CUDA
         }
         ASSERT_EQ(y.scalar_type(), torch::kBFloat16);
         auto yl = y.detach().requires_grad_(true);  // the gradient y gets, to check against
-        torch::Tensor loss;
-        if (residual) {
-          auto [norm, res] = fused_layer_norm_residual(y, {width}, lw, lb, 1e-5);
-          loss = (norm.to(torch::kFloat) * gn.to(torch::kFloat)).sum() +
-                 (res.to(torch::kFloat) * gr.to(torch::kFloat)).sum();
-        } else {
-          loss =
-              (fused_layer_norm(y, {width}, lw, lb, 1e-5).to(torch::kFloat) * gn.to(torch::kFloat))
-                  .sum();
-        }
+        // The LayerNorm's part of the loss, of its input t.
+        const auto ln_loss_of = [&](const torch::Tensor& t) {
+          const auto dot = [](const torch::Tensor& a, const torch::Tensor& g) {
+            return (a.to(torch::kFloat) * g.to(torch::kFloat)).sum();
+          };
+          if (!residual) return dot(fused_layer_norm(t, {width}, lw, lb, 1e-5), gn);
+          auto [norm, res] = fused_layer_norm_residual(t, {width}, lw, lb, 1e-5);
+          return dot(norm, gn) + dot(res, gr);
+        };
+        torch::Tensor loss = ln_loss_of(y);
         if (shared) loss = loss + (y.to(torch::kFloat) * gr.to(torch::kFloat)).sum();
         // y's gradient as the LayerNorm makes it, summed apart in fp64.
         torch::Tensor gy;
         {
-          torch::Tensor ln_loss;
-          if (residual) {
-            auto [norm, res] = fused_layer_norm_residual(yl, {width}, lw, lb, 1e-5);
-            ln_loss = (norm.to(torch::kFloat) * gn.to(torch::kFloat)).sum() +
-                      (res.to(torch::kFloat) * gr.to(torch::kFloat)).sum();
-          } else {
-            ln_loss = (fused_layer_norm(yl, {width}, lw, lb, 1e-5).to(torch::kFloat) *
-                       gn.to(torch::kFloat))
-                          .sum();
-          }
-          ln_loss.backward();
+          ln_loss_of(yl).backward();
           gy = yl.grad();
           if (shared) gy = gy + gr;  // as autograd adds the two, in bf16
           gy = gy.to(torch::kDouble);
