@@ -31,7 +31,7 @@
 #   ab         the same bench (AB_MODEL, default geotransolver_volume; AB_POINTS, AB_OPTIMIZER) on this tree and on a
 #              base tree per file in AB_PATCH (`git diff BASE HEAD` files, space-separated: this tree
 #              with that one reversed), all built here, AB_ROUNDS rounds taken in turn so that
-#              drift hits them alike
+#              drift hits them alike; AB_VARIANTS: this binary again with each override
 #   multi      2 GPUs: NCCL tests, bench on 1 and 2 GPUs, a 2-rank training
 #   torchrun   2 GPUs through torchrun
 # Usage: bash scripts/gpu_check.sh build test bench
@@ -165,8 +165,16 @@ stage_geo() {
 stage_ab() {
   # One base tree per patch in AB_PATCH (space-separated): this tree with
   # that patch alone reversed, so "this" against each names that change.
-  local points=${AB_POINTS:-200000} patch base i=0 trees=(this) bins=("$BIN")
-  for patch in ${AB_PATCH:?AB_PATCH: git diff BASE HEAD files, space-separated}; do
+  # AB_VARIANTS (space-separated overrides, e.g. training.cuda_graph=false):
+  # this tree's binary again with that override, as one more tree.
+  [ -n "${AB_PATCH:-}${AB_VARIANTS:-}" ] || { log "ab: set AB_PATCH and/or AB_VARIANTS"; return 1; }
+  local points=${AB_POINTS:-200000} patch base v i=0 trees=(this) bins=("$BIN") extras=("")
+  for v in ${AB_VARIANTS:-}; do
+    trees+=("$v")
+    bins+=("$BIN")
+    extras+=("$v")
+  done
+  for patch in ${AB_PATCH:-}; do
     i=$((i + 1))
     patch=$(realpath "$patch")
     base=/tmp/slipstream-ab-base-$i
@@ -178,13 +186,14 @@ stage_ab() {
       { log "ab: the tree without $(basename "$patch") does not build (see $OUT/ab-base-$i)"; return 1; }
     trees+=("without-$(basename "$patch" .patch)")
     bins+=("$base/build-gpu/app/slipstream")
+    extras+=("")
   done
   local args=(--rounds 1 --steps ${AB_STEPS:-10} --warmup 4 --policies async
     model=${AB_MODEL:-geotransolver_volume} optimizer.name=${AB_OPTIMIZER:-adamw}
     dataset.points_per_sample=$((points + points / 20)) dataset.sampling_resolution=$points)
   for r in $(seq "${AB_ROUNDS:-3}"); do
     for i in "${!trees[@]}"; do
-      echo "ab round $r ${trees[$i]}: $("${bins[$i]}" bench "${args[@]}" run_id=ab-$i-$r 2>&1 |
+      echo "ab round $r ${trees[$i]}: $("${bins[$i]}" bench "${args[@]}" ${extras[$i]} run_id=ab-$i-$r 2>&1 |
         grep -E '^async')" | tee -a "$OUT/summary.txt"
     done
   done

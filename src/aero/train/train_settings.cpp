@@ -173,6 +173,14 @@ FieldSchema resolve_fields(const Config& c) {
   }
 }
 
+CudaGraphMode parse_cuda_graph_mode(const std::string& value) {
+  if (value == "auto") return CudaGraphMode::kAuto;
+  if (value == "true") return CudaGraphMode::kOn;
+  if (value == "false") return CudaGraphMode::kOff;
+  TORCH_CHECK(false, "config: 'training.cuda_graph' must be auto, true or false, got '", value,
+              "'");
+}
+
 TrainSettings resolve_settings(const Config& c) {
   TrainSettings s;
   s.run_id = c.is_null("run_id") ? timestamp_run_id() : c.get<std::string>("run_id");
@@ -202,6 +210,7 @@ TrainSettings resolve_settings(const Config& c) {
                 "config: 'training.recompute_chunk' must be >= 0 (0: no chunks)");
   }
   s.readback = parse_readback_policy(c.get<std::string>("training.readback"));
+  s.cuda_graph = parse_cuda_graph_mode(optional_string(c, "training.cuda_graph", "auto"));
 
   s.optimizer.name = c.get<std::string>("optimizer.name");
   check_one_of("optimizer.name", s.optimizer.name, {"muon", "adamw"});

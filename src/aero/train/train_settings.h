@@ -34,6 +34,11 @@ struct ForceSettings {
                           double sample_l_ref) const;
 };
 
+// training.cuda_graph: "auto" (on for single-process CUDA training, else
+// off), "true" (on; an error where it cannot be), "false" (graphed_step.h).
+enum class CudaGraphMode { kAuto, kOn, kOff };
+CudaGraphMode parse_cuda_graph_mode(const std::string& value);
+
 struct TrainSettings {
   std::string run_id;
   std::string output_dir = "runs";
@@ -49,6 +54,7 @@ struct TrainSettings {
   int64_t steps_per_epoch = 0;  // 0: one pass over the train shard
   RecomputeOptions recompute;   // training.recompute, training.recompute_chunk
   ReadbackPolicy readback = ReadbackPolicy::kAsync;
+  CudaGraphMode cuda_graph = CudaGraphMode::kAuto;
   OptimizerOptions optimizer;
   std::string scheduler = "steplr";
   int64_t scheduler_step_size = 1;

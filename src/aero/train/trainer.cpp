@@ -1,5 +1,6 @@
 #include "aero/train/trainer.h"
 
+#include "aero/train/graphed_step.h"
 #include "aero/train/log_records.h"
 #include "aero/train/run_checkpoints.h"
 #include "aero/train/step_guard.h"
@@ -97,6 +98,17 @@ EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
   // A resumed epoch takes the samples it had left, each with its own seed.
   std::vector<size_t> epoch_samples;
   for (int64_t i = first_step; i < steps; ++i) epoch_samples.push_back(order[i % order.size()]);
+  // A graphed epoch runs on a stream of its own from its first step (a
+  // graph is not captured on the default stream, and the gradients' autograd
+  // nodes must be made on the stream it is captured on): set before the
+  // loader and the readback take the current stream.
+  const CudaGraphMode graph_mode = s.cuda_graph;
+  const bool graph_steps = use_cuda_graph(graph_mode, device, run_.world_size);
+  std::optional<SideStreamGuard> graph_stream;
+  if (graph_steps) {
+    if (!graph_stream_) graph_stream_ = CudaGraph::side_stream(device);
+    graph_stream.emplace(*graph_stream_);
+  }
   LoaderOptions train_loader = run_.loader;
   train_loader.augment = true;
   PrefetchLoader loader(run_.data.train, std::move(epoch_samples), train_loader, epoch);
@@ -129,6 +141,26 @@ EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
     if (phase_scope->isActive()) phase_scope->before(phase_scope_name(p));
   };
   std::vector<torch::Tensor> params = model.parameters();
+  // Forward, loss and backward: run as they are, or captured once into a
+  // CUDA graph and replayed (graphed_step.h).
+  const auto step_body = [&](const Batch& batch) {
+    torch::Tensor prediction;
+    {
+      phase(Phase::kForward);
+      AutocastGuard autocast(device, run_.bf16());
+      prediction = model.forward(batch.inputs);
+    }
+    phase(Phase::kLoss);
+    LossResult result = run_.loss->compute(prediction, batch.target, batch.weights);
+    phase(Phase::kBackward);
+    run_.optimizer->zero_grad();
+    if (run_.averager) run_.averager->prepare();
+    result.total.backward();
+    if (run_.averager) run_.averager->finish();
+    return result;
+  };
+  std::optional<GraphedStep> graphed;
+  if (graph_steps) graphed.emplace(device);
   const auto epoch_t0 = Clock::now();
   int64_t done = first_step;
   {
@@ -140,19 +172,25 @@ EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
       if (audit_.active() && i >= first_step + 2) audit_.begin_steady_step();
       phase(Phase::kLoader);
       Batch batch = loader.next();
-      torch::Tensor prediction;
-      {
+      LossResult result;
+      // The first step of an epoch runs eagerly (it allocates and warms the
+      // caches); the graph is captured at the next.
+      if (graphed && i > first_step) {
         phase(Phase::kForward);
-        AutocastGuard autocast(device, run_.bf16());
-        prediction = model.forward(batch.inputs);
+        try {
+          result = graphed->run(batch, step_body);
+        } catch (const std::exception& e) {
+          if (graph_mode == CudaGraphMode::kOn) throw;
+          std::fprintf(stderr,
+                       "train: step %lld: CUDA graph capture failed, steps run eagerly from "
+                       "here (training.cuda_graph=false skips the attempt): %s\n",
+                       static_cast<long long>(global_step_), e.what());
+          graphed.reset();
+          result = step_body(batch);
+        }
+      } else {
+        result = step_body(batch);
       }
-      phase(Phase::kLoss);
-      LossResult result = run_.loss->compute(prediction, batch.target, batch.weights);
-      phase(Phase::kBackward);
-      run_.optimizer->zero_grad();
-      if (run_.averager) run_.averager->prepare();
-      result.total.backward();
-      if (run_.averager) run_.averager->finish();
       phase(Phase::kOptimizer);
       std::vector<torch::Tensor> grads;
       grads.reserve(params.size());
@@ -181,6 +219,7 @@ EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
   guard.throw_if_nonfinite();
   EpochResult r = finish_epoch("train", epoch, done, seconds_since(epoch_t0), means.means());
   r.interrupted = done < steps;
+  r.graph_captures = graphed ? graphed->captures() : 0;
   partial_means_ = r.interrupted ? means : StepMeans{};
   return r;
 }

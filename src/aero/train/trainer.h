@@ -28,8 +28,11 @@
 #include "core/readback/step_readback.h"
 #include "core/sinks/metrics_logger.h"
 
+#include <c10/core/Stream.h>
+
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +44,7 @@ struct EpochResult {
   bool interrupted = false;  // a stop request ended it before its last step
   double seconds = 0.0;
   double peak_memory_gib = 0.0;
+  int64_t graph_captures = 0;           // CUDA graphs captured (training.cuda_graph)
   std::map<std::string, double> means;  // per key, NaN steps left out
 };
 
@@ -99,6 +103,9 @@ class Trainer {
   bool audit_enabled_ = false;
   bool audit_available_ = true;
   SyncAudit audit_;
+  // The stream graphed epochs run on, the same for all of them
+  // (training.cuda_graph; graphed_step.h).
+  std::optional<c10::Stream> graph_stream_;
 };
 
 }  // namespace slipstream::aero

@@ -247,5 +247,27 @@ TEST(TrainerTest, RecomputeTrainsTheSameSteps) {
             std::string::npos);
 }
 
+// training.cuda_graph on the CPU: auto and false train eagerly (no capture),
+// true is an error that names the key and the device, and a bad value names
+// the key.
+TEST(TrainerTest, CudaGraphsAreOnlyForCudaAndSayWhy) {
+  for (const std::string mode : {"auto", "false"}) {
+    testing::TempDir dir;
+    Fixture t(tiny(dir.path(), {"training.cuda_graph=" + mode, "training.validate=false"}));
+    const auto r = t->train_epoch(1);
+    EXPECT_GT(r.steps, 1) << mode;
+    EXPECT_EQ(r.graph_captures, 0) << mode;
+  }
+  testing::TempDir dir;
+  Fixture t(tiny(dir.path(), {"training.cuda_graph=true"}));
+  const auto msg = testing::error_message_of([&] { t->train_epoch(1); });
+  EXPECT_NE(msg.find("training.cuda_graph=true"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("cpu"), std::string::npos) << msg;
+  const auto bad = testing::error_message_of(
+      [&] { Fixture(tiny(dir.path(), {"training.cuda_graph=sometimes"})); });
+  EXPECT_NE(bad.find("training.cuda_graph"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("sometimes"), std::string::npos) << bad;
+}
+
 }  // namespace
 }  // namespace slipstream::aero

@@ -1,0 +1,104 @@
+#include "aero/train/graphed_step.h"
+
+#include <torch/torch.h>
+
+#include <map>
+#include <set>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+namespace slipstream::aero {
+
+namespace {
+
+// What a graph depends on of a batch: its tensors' names, dtypes, shapes
+// and devices, and which of them are one tensor (a model may test that, as
+// GeoTransolver does for its geometry and its local positions, and search
+// once for both).
+std::string signature_of(const Batch& b) {
+  std::ostringstream out;
+  std::map<const void*, std::string> first_name;
+  const auto describe = [&](const std::string& name, const torch::Tensor& t) {
+    out << name << ':';
+    if (t.defined()) {
+      const auto [it, fresh] = first_name.emplace(t.unsafeGetTensorImpl(), name);
+      if (fresh) {
+        out << t.scalar_type() << t.sizes() << t.device();
+      } else {
+        out << "=" << it->second;
+      }
+    }
+    out << ';';
+  };
+  for (const auto& [name, t] : b.inputs) describe(name, t);
+  describe("<target>", b.target);
+  describe("<weights>", b.weights);
+  return out.str();
+}
+
+// The batch's tensors by name, an undefined one left out.
+std::vector<std::pair<std::string, torch::Tensor>> tensors_of(const Batch& b) {
+  std::vector<std::pair<std::string, torch::Tensor>> out(b.inputs.begin(), b.inputs.end());
+  out.emplace_back("<target>", b.target);
+  out.emplace_back("<weights>", b.weights);
+  return out;
+}
+
+}  // namespace
+
+bool use_cuda_graph(CudaGraphMode mode, c10::Device device, int world_size) {
+  if (mode == CudaGraphMode::kOff) return false;
+  const bool possible = CudaGraph::supported(device) && world_size == 1;
+  if (mode == CudaGraphMode::kOn) {
+    TORCH_CHECK(CudaGraph::supported(device), "config: training.cuda_graph=true needs a CUDA ",
+                "device and a CUDA build; this run is on ", device.str(), " (use auto or false)");
+    TORCH_CHECK(world_size == 1, "config: training.cuda_graph=true needs one process; this run ",
+                "has ", world_size,
+                " (the gradient all-reduce is not captured; use auto or false)");
+  }
+  return possible;
+}
+
+GraphedStep::GraphedStep(c10::Device device) : device_(device) {}
+
+LossResult GraphedStep::run(const Batch& batch, const Body& body) {
+  const std::string signature = signature_of(batch);
+  if (!graph_.captured() || signature != signature_) {
+    graph_.reset();
+    result_ = LossResult{};
+    // A buffer for each distinct tensor: inputs that are one tensor stay one.
+    std::map<const void*, torch::Tensor> copies;
+    const auto buffer_of = [&](const torch::Tensor& t) {
+      if (!t.defined()) return t;
+      auto& c = copies[t.unsafeGetTensorImpl()];
+      if (!c.defined()) c = t.clone();
+      return c;
+    };
+    buffers_ = Batch{};
+    buffers_.sample_index = batch.sample_index;
+    for (const auto& [name, t] : batch.inputs) buffers_.inputs.emplace(name, buffer_of(t));
+    buffers_.target = buffer_of(batch.target);
+    buffers_.weights = buffer_of(batch.weights);
+    graph_.capture(device_, [&] {
+      result_ = body(buffers_);
+      result_.total = result_.total.detach();
+    });
+    signature_ = signature;
+    ++captures_;
+  } else {
+    // Each distinct buffer once (the signature says the aliasing is the same).
+    const auto from = tensors_of(batch), to = tensors_of(buffers_);
+    std::set<const void*> copied;
+    for (size_t i = 0; i < from.size(); ++i) {
+      auto dst = to[i].second;
+      if (dst.defined() && copied.insert(dst.unsafeGetTensorImpl()).second) {
+        dst.copy_(from[i].second, /*non_blocking=*/true);
+      }
+    }
+  }
+  graph_.replay();
+  return result_;
+}
+
+}  // namespace slipstream::aero

@@ -1,0 +1,174 @@
+// CUDA graphs of the train step (graphed_step.h), run on a GPU by
+// scripts/gpu_check.sh; skipped where no GPU is present.
+//   - a replay reads each new batch and the parameters as the optimizer
+//     left them: its loss and gradients equal an eager step's, a batch of
+//     another shape is captured anew, and inputs that are one tensor stay
+//     one;
+//   - the trainer with training.cuda_graph trains the same steps as without
+//     (fp32: to round-off), for Transolver and GeoTransolver (bf16, the ball
+//     query inside the graph).
+#include "aero/train/graphed_step.h"
+#include "aero/train/trainer.h"
+#include "core/device/device.h"
+#include "support/recipe_support.h"
+#include "support/test_support.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace slipstream::aero {
+namespace {
+
+#define SKIP_WITHOUT_CUDA() \
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
+
+using testing::relative_error;
+
+GraphedStep::Body mse_step(torch::nn::Sequential& m) {
+  return [&m](const Batch& batch) {
+    // Inputs that are one tensor in the batch are one in the graph's buffers
+    // (GeoTransolver searches once when its geometry is its local positions).
+    TORCH_CHECK(batch.inputs.at("x").is_same(batch.inputs.at("x_again")),
+                "the step's inputs x and x_again are no longer one tensor");
+    for (auto& p : m->parameters()) p.mutable_grad().reset();
+    const auto prediction = m->forward(batch.inputs.at("x"));
+    LossResult r;
+    r.total = (prediction - batch.target).pow(2).mean();
+    r.scalars.add("loss", r.total.detach());
+    r.total.backward();
+    return r;
+  };
+}
+
+TEST(GraphedStepCudaTest, ReplaysTakeEachBatchAndTheUpdatedParameters_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  const c10::Device cuda(c10::kCUDA, 0);
+  torch::manual_seed(0);
+  const auto make = [] {
+    return torch::nn::Sequential(torch::nn::Linear(5, 32), torch::nn::GELU(),
+                                 torch::nn::Linear(32, 2));
+  };
+  auto graphed_model = make(), eager_model = make();
+  {
+    torch::NoGradGuard no_grad;
+    const auto from = graphed_model->parameters(), to = eager_model->parameters();
+    for (size_t i = 0; i < from.size(); ++i) to[i].copy_(from[i]);
+  }
+  graphed_model->to(cuda);
+  eager_model->to(cuda);
+  // On a side stream, as the trainer's graphed epochs are.
+  const SideStreamGuard on_side(CudaGraph::side_stream(cuda));
+  GraphedStep graphed(cuda);
+  const auto graphed_step = mse_step(graphed_model), eager_step = mse_step(eager_model);
+  std::vector<double> losses;
+  for (int step = 0; step < 8; ++step) {
+    const int64_t n = step < 5 ? 1000 : 700;  // a new shape at step 5
+    Batch batch;
+    batch.inputs.emplace("x", torch::randn({n, 5}, cuda));
+    batch.inputs.emplace("x_again", batch.inputs.at("x"));
+    batch.target = torch::randn({n, 2}, cuda);
+    // The eager step first: the first capture needs cuBLAS's handles made.
+    const LossResult e = eager_step(batch);
+    const LossResult g = graphed.run(batch, graphed_step);
+    const double gl = g.scalars.entries().at(0).value.item<double>();
+    const double el = e.total.item<double>();
+    EXPECT_NEAR(gl, el, 1e-6 * std::abs(el)) << "step " << step;
+    const auto gp = graphed_model->parameters(), ep = eager_model->parameters();
+    for (size_t i = 0; i < gp.size(); ++i) {
+      ASSERT_TRUE(gp[i].grad().defined()) << "step " << step << " parameter " << i;
+      EXPECT_LT(relative_error(gp[i].grad(), ep[i].grad()), 1e-5)
+          << "step " << step << " parameter " << i;
+    }
+    // The same SGD step on both, in place, as the optimizers do.
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < gp.size(); ++i) {
+      gp[i].sub_(gp[i].grad(), 0.5);
+      ep[i].sub_(ep[i].grad(), 0.5);
+    }
+    losses.push_back(gl);
+  }
+  EXPECT_EQ(graphed.captures(), 2);
+  // Each replay saw its own batch: no two steps' losses are the same.
+  for (size_t i = 1; i < losses.size(); ++i) EXPECT_NE(losses[i], losses[i - 1]) << i;
+}
+
+struct Trained {
+  std::vector<torch::Tensor> before, after;
+  EpochResult epoch;
+};
+
+Trained train(const std::vector<std::string>& overrides) {
+  testing::TempDir dir;
+  std::vector<std::string> o = overrides;
+  o.insert(o.end(), {"device=cuda", "output_dir=" + dir.path(), "run_id=r",
+                     "training.validate=false", "logging.console_every_n_steps=100"});
+  auto run = build_run(testing::load_config(o), DistributedEnv{});
+  Trained t;
+  for (const auto& p : run->model->parameters()) t.before.push_back(p.detach().clone());
+  Trainer trainer(*run);
+  t.epoch = trainer.train_epoch(1);
+  for (const auto& p : run->model->parameters()) t.after.push_back(p.detach().clone());
+  return t;
+}
+
+TEST(GraphedStepCudaTest, TheTrainerTrainsTheSameStepsWithAndWithoutAGraph_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  const std::vector<std::string> transolver = {"model.n_layers=2",
+                                               "model.n_hidden=64",
+                                               "model.n_head=4",
+                                               "model.slice_num=16",
+                                               "dataset.num_train=6",
+                                               "dataset.num_val=0",
+                                               "dataset.points_per_sample=6000",
+                                               "dataset.sampling_resolution=4096",
+                                               "training.steps_per_epoch=6"};
+  const std::vector<std::string> geotransolver = {"model=geotransolver_small",
+                                                  "dataset.num_train=6",
+                                                  "dataset.num_val=0",
+                                                  "dataset.points_per_sample=3000",
+                                                  "dataset.sampling_resolution=2048",
+                                                  "training.steps_per_epoch=6"};
+  struct Case {
+    const char* name;
+    std::vector<std::string> overrides;
+    const char* precision;
+    double tolerance;
+  };
+  for (const auto& c : {Case{"Transolver fp32", transolver, "fp32", 2e-3},
+                        Case{"GeoTransolver fp32", geotransolver, "fp32", 2e-3},
+                        Case{"GeoTransolver bf16", geotransolver, "bf16", 2e-2}}) {
+    auto o = c.overrides;
+    o.push_back(std::string("precision=") + c.precision);
+    auto eager_o = o, graphed_o = o;
+    eager_o.push_back("training.cuda_graph=false");
+    graphed_o.push_back("training.cuda_graph=true");
+    // Two eager runs say how far apart two runs of the same steps land (the
+    // fused kernels' atomics add in no fixed order, and AdamW's first steps
+    // move a parameter by about lr whatever the gradient's size): the graph
+    // may differ from eager by at most that, or by `tolerance`.
+    const Trained eager = train(eager_o), again = train(eager_o), graphed = train(graphed_o);
+    EXPECT_EQ(eager.epoch.graph_captures, 0) << c.name;
+    EXPECT_EQ(graphed.epoch.graph_captures, 1) << c.name;
+    ASSERT_EQ(graphed.epoch.steps, 6) << c.name;
+    EXPECT_NEAR(graphed.epoch.means.at("loss"), eager.epoch.means.at("loss"),
+                c.tolerance * std::abs(eager.epoch.means.at("loss")))
+        << c.name;
+    ASSERT_EQ(eager.after.size(), graphed.after.size());
+    double moved = 0.0;
+    for (size_t i = 0; i < eager.after.size(); ++i) {
+      const double run_to_run = relative_error(again.after[i], eager.after[i]);
+      EXPECT_LT(relative_error(graphed.after[i], eager.after[i]),
+                std::max(c.tolerance, 2 * run_to_run))
+          << c.name << " parameter " << i << " (eager run to run: " << run_to_run << ")";
+      moved = std::max(moved, relative_error(graphed.after[i], graphed.before[i]));
+    }
+    EXPECT_GT(moved, 1e-3) << c.name << ": training moved no parameter; the test proves nothing";
+  }
+}
+
+}  // namespace
+}  // namespace slipstream::aero
