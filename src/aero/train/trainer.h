@@ -6,6 +6,9 @@
 // backward, gradient all-reduce when distributed, optimizer step; then
 // StepReadback::start() with the step's lr and wall time, and
 // deliver_landed(). Nothing in the loop reads a device value on the host.
+// With training.cuda_graph (auto: on CUDA, one process) forward, loss and
+// backward are captured once as a CUDA graph at an epoch's second step and
+// replayed after it (graphed_step.h); the epoch then runs on a side stream.
 // The epoch's end drains the readback, logs the summary (mean of the
 // epoch's step values, which are already all-rank means), saves a checkpoint
 // every `save_interval` epochs and steps the schedule.
