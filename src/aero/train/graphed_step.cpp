@@ -37,7 +37,7 @@ std::string signature_of(const Batch& b) {
   return out.str();
 }
 
-// The batch's tensors by name, an undefined one left out.
+// The batch's tensors by name, in one order for batches of one signature.
 std::vector<std::pair<std::string, torch::Tensor>> tensors_of(const Batch& b) {
   std::vector<std::pair<std::string, torch::Tensor>> out(b.inputs.begin(), b.inputs.end());
   out.emplace_back("<target>", b.target);

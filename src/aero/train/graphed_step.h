@@ -4,7 +4,7 @@
 //
 // run() is called with each step's batch and the step's body (forward,
 // loss, zero_grad, backward). The first call, and any call whose batch has
-// other shapes or dtypes than the captured one, copies the batch into
+// other shapes, dtypes or aliasing than the captured one, copies the batch into
 // buffers of its own and captures the body reading them; every call then
 // copies the batch into those buffers and replays. The body's host code
 // runs only at a capture: it must do the same device work for every batch
