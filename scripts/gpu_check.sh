@@ -26,12 +26,18 @@
 #              "backward_kernel<.int.56"; NCU_SKIP launches skipped; NCU_CMD the program,
 #              default ball_query_bench):
 #              its details page and the SASS lines with the most stall samples
+#   wgmma      scripts/wgmma_probe.cu: the wgmma helpers' products against the host's, with the
+#              MN-major descriptor as wgmma.cuh has it (must pass) and swapped (for comparison);
+#              scripts/wgmma_rate.cu: the time of one product for small N
+#   slices     build-gpu/bench/slice_kernels_bench at 200k points, head sizes SLICE_DIMS (default
+#              "56 32"), with the mma.sync kernels (SLIPSTREAM_SLICE_KERNELS=mma) and the wgmma ones
 #   gemm       cuBLAS (through PyTorch) per operand layout at the GALE layer's shapes, and
 #              lt_matmul_bench (cuBLASLt's residual epilogue against linear + add) where built
 #   ab         the same bench (AB_MODEL, default geotransolver_volume; AB_POINTS, AB_OPTIMIZER) on this tree and on a
 #              base tree per file in AB_PATCH (`git diff BASE HEAD` files, space-separated: this tree
 #              with that one reversed), all built here, AB_ROUNDS rounds taken in turn so that
-#              drift hits them alike; AB_VARIANTS: this binary again with each override
+#              drift hits them alike; AB_VARIANTS: this binary again with each override (or,
+#              for NAME=value in capitals, environment variable)
 #   multi      2 GPUs: NCCL tests, bench on 1 and 2 GPUs, a 2-rank training
 #   torchrun   2 GPUs through torchrun
 # Usage: bash scripts/gpu_check.sh build test bench
@@ -169,10 +175,11 @@ stage_ab() {
   # this tree's binary again with that override, as one more tree.
   [ -n "${AB_PATCH:-}${AB_VARIANTS:-}" ] || { log "ab: set AB_PATCH and/or AB_VARIANTS"; return 1; }
   local points=${AB_POINTS:-200000} patch base v i=0 trees=(this) bins=("$BIN") extras=("")
-  for v in ${AB_VARIANTS:-}; do
+  local envs=("")
+  for v in ${AB_VARIANTS:-}; do  # NAME=value in capitals: an environment variable
     trees+=("$v")
     bins+=("$BIN")
-    extras+=("$v")
+    if [[ $v =~ ^[A-Z_][A-Z0-9_]*= ]]; then extras+=(""); envs+=("$v"); else extras+=("$v"); envs+=(""); fi
   done
   for patch in ${AB_PATCH:-}; do
     i=$((i + 1))
@@ -187,13 +194,14 @@ stage_ab() {
     trees+=("without-$(basename "$patch" .patch)")
     bins+=("$base/build-gpu/app/slipstream")
     extras+=("")
+    envs+=("")
   done
   local args=(--rounds 1 --steps ${AB_STEPS:-10} --warmup 4 --policies async
     model=${AB_MODEL:-geotransolver_volume} optimizer.name=${AB_OPTIMIZER:-adamw}
     dataset.points_per_sample=$((points + points / 20)) dataset.sampling_resolution=$points)
   for r in $(seq "${AB_ROUNDS:-3}"); do
     for i in "${!trees[@]}"; do
-      echo "ab round $r ${trees[$i]}: $("${bins[$i]}" bench "${args[@]}" ${extras[$i]} run_id=ab-$i-$r 2>&1 |
+      echo "ab round $r ${trees[$i]}: $(env ${envs[$i]} "${bins[$i]}" bench "${args[@]}" ${extras[$i]} run_id=ab-$i-$r 2>&1 |
         grep -E '^async')" | tee -a "$OUT/summary.txt"
     done
   done
@@ -297,6 +305,31 @@ stage_profile() {
     | tee -a "$OUT/summary.txt"
   log "profile: where the GPU sits idle"
   python3 scripts/trace_gaps.py runs/bench-profile-kernel_trace.json 10 16 2>&1 | tee -a "$OUT/summary.txt"
+}
+
+stage_wgmma() {
+  local nvcc rc=0 swap
+  nvcc=$(sed -n 's/^CMAKE_CUDA_COMPILER:[A-Z]*=//p' build-gpu/CMakeCache.txt 2>/dev/null)
+  for swap in 0 1; do
+    "${nvcc:-nvcc}" -std=c++17 -arch=sm_90a -I src -DSLIPSTREAM_WGMMA_MN_SWAP=$swap \
+      scripts/wgmma_probe.cu -o "/tmp/wgmma_probe_$swap" >"$OUT/wgmma_probe_$swap.log" 2>&1 ||
+      { log "wgmma: the probe does not build"; cat "$OUT/wgmma_probe_$swap.log"; return 1; }
+    "/tmp/wgmma_probe_$swap" 2>&1 | tee -a "$OUT/summary.txt"
+    [ "${PIPESTATUS[0]}" = 0 ] || { [ $swap = 1 ] || rc=1; }
+  done
+  "${nvcc:-nvcc}" -std=c++17 -arch=sm_90a -I src scripts/wgmma_rate.cu -o /tmp/wgmma_rate \
+    >"$OUT/wgmma_rate.log" 2>&1 && /tmp/wgmma_rate 2>&1 | tee -a "$OUT/summary.txt"
+  return $rc
+}
+
+stage_slices() {
+  local k d
+  for k in mma wgmma; do
+    for d in ${SLICE_DIMS:-56 32}; do
+      log "slices: SLIPSTREAM_SLICE_KERNELS=$k, dim_head $d"
+      SLIPSTREAM_SLICE_KERNELS=$k build-gpu/bench/slice_kernels_bench 200000 20 "$d" 2>&1 | tee -a "$OUT/summary.txt"
+    done
+  done
 }
 
 stage_ncu() {

@@ -33,4 +33,16 @@ inline int sm_count() {
   return sms > 0 ? sms : 1;
 }
 
+// True on a Hopper GPU (compute capability 9.0), whose sm_90a code has the
+// warpgroup matrix products (wgmma).
+inline bool hopper() {
+  int device = 0, major = 0, minor = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+             "cudaDeviceGetAttribute(cudaDevAttrComputeCapabilityMajor)");
+  check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device),
+             "cudaDeviceGetAttribute(cudaDevAttrComputeCapabilityMinor)");
+  return major == 9 && minor == 0;
+}
+
 }  // namespace slipstream::aero::kernels
