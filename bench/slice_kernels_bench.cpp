@@ -1,8 +1,9 @@
 // Times the fused slice kernels one by one on the GPU, on the volume
-// recipe's shapes (B 1, N 200k, H 8, D 32, G 256 unless given), and one
-// physics-attention layer's forward + backward, fused against plain, with its
-// peak memory; also the bias gradient's column sum on (points, 256) and
-// (points, 1024). Usage: slice_kernels_bench [points] [reps]
+// recipe's shapes (B 1, N 200k, H 8, D 32, G 256 unless given; GeoTransolver's
+// GALE layers have D 56), and one physics-attention layer's forward +
+// backward, fused against plain, with its peak memory; also the bias
+// gradient's column sum on (points, 256) and (points, 1024).
+// Usage: slice_kernels_bench [points] [reps] [dim_head]
 //
 // A kernel's FLOPs count its tensor-core matrix products (2 per multiply-
 // add), its bytes the global memory it must read and write (the recomputed
@@ -53,7 +54,12 @@ int main(int argc, char** argv) {
   }
   const int64_t n = argc > 1 ? std::atoll(argv[1]) : 200000;
   const int reps = argc > 2 ? std::atoi(argv[2]) : 20;
-  const int64_t b = 1, h = 8, d = 32, g = 256, c = h * d;
+  const int64_t d = argc > 3 ? std::atoll(argv[3]) : 32;
+  if (!slice_ops::kernels_apply(torch::Device(torch::kCUDA), torch::kBFloat16, d, 256)) {
+    std::fprintf(stderr, "slice_kernels_bench: the kernels do not take dim_head %ld\n", long(d));
+    return 1;
+  }
+  const int64_t b = 1, h = 8, g = 256, c = h * d;
   torch::manual_seed(0);
   const auto bf = torch::dtype(torch::kBFloat16).device(torch::kCUDA);
   const auto f32 = torch::dtype(torch::kFloat).device(torch::kCUDA);

@@ -2,22 +2,27 @@
 // and layouts. Every kernel owns one (batch, head) per block and a run of
 // points, and recomputes the points x slices weights from x instead of
 // reading them; they never reach global memory. All of them keep the
-// weights in registers: mma.sync m16n8k16 products whose accumulators are
-// turned into weights in place and fed back as the next product's operand.
+// weights in registers: tensor-core products whose accumulators are turned
+// into weights in place and fed back as the next product's operand.
 // Two shapes of work:
 //   row ownership (lse, expand, backward): a warp owns 16-point tiles and
 //     runs every chunk of 16 slices on them, reading its own rows;
 //   column ownership (reduce, weight_grad): a warp owns chunks of slices
 //     and sums over all the block's points, which the block reads once into
 //     a cp.async pipeline of 64-point stages in shared memory.
-// See "the forward kernels", "reduce" and "the backward kernels" below.
+// See "the forward kernels", "reduce" and "the backward kernels" below:
+// mma.sync m16n8k16, which every GPU since Ampere has. On Hopper the row
+// kernels have wgmma forms ("on Hopper" below): four warps' tiles share
+// each B operand, read once from shared memory.
 #include "aero/model/kernels/launch.h"
 #include "aero/model/kernels/slice_kernels.h"
+#include "aero/model/kernels/wgmma.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -461,10 +466,12 @@ struct Stage {
   size_t mat[T], vec[S], bytes;  // offsets in the stage; its size (128-aligned)
 };
 
+// pitch: the row pitch in bf16, 0 for row_pitch(d); a tiled stage
+// (wgmma.cuh, for the wgmma kernels) passes its padded width.
 template <int T, int S>
-__host__ __device__ inline Stage<T, S> make_stage(int d) {
+__host__ __device__ inline Stage<T, S> make_stage(int d, int pitch = 0) {
   Stage<T, S> st{};
-  st.ldx = row_pitch(d);
+  st.ldx = pitch > 0 ? pitch : row_pitch(d);
   size_t off = 0;
   for (int i = 0; i < T; ++i) st.mat[i] = take(off, size_t(kStagePoints) * st.ldx * sizeof(bf16));
   for (int i = 0; i < S; ++i) st.vec[i] = take(off, kStagePoints * sizeof(float));
@@ -484,22 +491,25 @@ struct StageSources {
 
 // The block-wide pipeline over stages [s0, s1): kStages - 1 stages are
 // read ahead with cp.async while consume(stage pointer) works on the
-// current one; one barrier per stage.
-template <int D, int T, int S, typename Consume>
+// current one; one barrier per stage. kTiledDP > 0: the stage's matrices
+// are tiled with kTiledDP columns (those past D zero) and made visible to
+// wgmma's reads (the async proxy) before the barrier.
+template <int D, int T, int S, int kTiledDP = 0, typename Consume>
 __device__ inline void run_stages(const Stage<T, S>& st, const StageSources<T, S>& src,
                                   unsigned char* smem, const Head& hd, int64_t s0, int64_t s1,
                                   Consume consume) {
   const auto issue = [&](int64_t s) {
     unsigned char* buf = smem + ((s - s0) % kStages) * st.bytes;
     const int64_t n0 = s * kStagePoints;
-    constexpr int kPieces = D / 8;
+    constexpr int kPieces = (kTiledDP > 0 ? kTiledDP : D) / 8;
     for (int i = threadIdx.x; i < kStagePoints * kPieces; i += kRegThreads) {
       const int r = i / kPieces, c = 8 * (i % kPieces);
-      const bool valid = n0 + r < hd.n;
-      const int64_t off = hd.row(valid ? n0 + r : 0) + c;
+      const bool valid = n0 + r < hd.n && c < D;
+      const int64_t off = hd.row(valid ? n0 + r : 0) + (c < D ? c : 0);
+      const int to = kTiledDP > 0 ? wgmma::tiled_offset(r, c, kTiledDP) : r * st.ldx + c;
 #pragma unroll
       for (int t = 0; t < T; ++t) {
-        cp_async16(at<bf16>(buf, st.mat[t]) + r * st.ldx + c, src.mat[t] + off, valid);
+        cp_async16(at<bf16>(buf, st.mat[t]) + to, src.mat[t] + off, valid);
       }
     }
     for (int r = threadIdx.x; r < kStagePoints; r += kRegThreads) {
@@ -521,6 +531,7 @@ __device__ inline void run_stages(const Stage<T, S>& st, const StageSources<T, S
   }
   for (int64_t s = s0; s < s1; ++s) {
     cp_async_wait<kStages - 2>();
+    if constexpr (kTiledDP > 0) wgmma::shared_to_async();
     __syncthreads();  // stage s is in; the buffer of s - 1 is free
     if (s + kStages - 1 < s1) issue(s + kStages - 1);
     cp_async_commit();
@@ -720,6 +731,117 @@ __global__ void __launch_bounds__(kRegThreads, 2)
     add_chunk<D>(acc_out + hd.bh * int64_t(g) * D,
                  colsum_out == nullptr ? nullptr : colsum_out + hd.bh * g, 16 * chunk_of(i), lane,
                  acc[i], cs[i]);
+  }
+}
+
+// reduce_wg_kernel, on Hopper (above D 32, where it is faster than
+// reduce_kernel): warpgroup w of a block owns the 64 slices
+// from 64 (2 blockIdx.z + w), each warp 16 of them, with their ws rows as
+// A fragments in registers. Per stage (tiled x, y and lse of 64 points) a
+// warpgroup forms the transposed logits (its 64 slices x the 64 points:
+// ws x^T, k = D, B = the x stage K-major), turns them into the weights in
+// place and multiplies those, as A fragments straight from the
+// accumulators (k = points), by the y stage (MN-major): acc (slices x D).
+constexpr int kWgReduceSlices = 64;  // slices a warpgroup owns
+
+template <int D>
+__global__ void __launch_bounds__(kRegThreads, 2)
+    reduce_wg_kernel(Problem p, const bf16* __restrict__ y, float* __restrict__ acc_out,
+                     float* __restrict__ colsum_out, int stages_per_block) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  constexpr int KS = ksteps(D), DP = 16 * KS;
+  const int g = static_cast<int>(p.slices);
+  const auto st = make_stage<2, 1>(D, DP);
+  const Head hd = block_head(p, D, g);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int r0 = lane / 4, c0 = 2 * (lane % 4);
+  const int group = int(blockIdx.z) * (kRegWarps / 4) + warp / 4;
+  const bool owner = (group + 1) * kWgReduceSlices <= g;  // uniform over the warpgroup
+  const int s = owner ? group * kWgReduceSlices + 16 * (warp % 4) : 0;  // this warp's rows
+
+  // Rows s + r0 and s + r0 + 8 of ws as A fragments (k = D) and of bias2.
+  const float scale2 = kLog2e / p.tau[hd.h];
+  uint32_t wsa[KS][4];
+  {
+    const auto* ws = static_cast<const bf16*>(p.ws);
+    const bf16* ra = ws + (s + r0) * D + c0;
+    const bf16* rb = ra + 8 * D;
+#pragma unroll
+    for (int k = 0; k < KS; ++k) {
+      const bool whole = !half_step<D>(k);
+      wsa[k][0] = load_u32(ra + 16 * k);
+      wsa[k][1] = load_u32(rb + 16 * k);
+      wsa[k][2] = whole ? load_u32(ra + 16 * k + 8) : 0u;
+      wsa[k][3] = whole ? load_u32(rb + 16 * k + 8) : 0u;
+    }
+  }
+  const float ba = p.bias[s + r0] * scale2, bb = p.bias[s + r0 + 8] * scale2;
+
+  float acc[D / 8][4] = {};
+  float cs[2] = {0.f, 0.f};  // rows s + r0, s + r0 + 8, over the lane's points
+  const StageSources<2, 1> src{{static_cast<const bf16*>(p.x), y}, {p.lse}, {INFINITY}};
+  const auto [s0, s1] = block_tiles(p, stages_per_block, kStagePoints);
+  run_stages<D, 2, 1, DP>(st, src, smem, hd, s0, s1, [&](const unsigned char* buf) {
+    if (!owner) return;
+    const bf16* xs = reinterpret_cast<const bf16*>(buf + st.mat[0]);
+    const bf16* ys = reinterpret_cast<const bf16*>(buf + st.mat[1]);
+    const float* ls = reinterpret_cast<const float*>(buf + st.vec[0]);
+    float c[kStagePoints / 8][4];
+    const uint64_t xk = wgmma::k_major(xs, 0, 0, DP), ym = wgmma::mn_major(ys, 0, DP);
+    wgmma::touch(c);
+    wgmma::fence();
+    wgmma::mma<kStagePoints, 0, false>(c, wsa[0], xk);
+#pragma unroll
+    for (int k = 1; k < KS; ++k) {
+      wgmma::mma<kStagePoints, 0, true>(c, wsa[k],
+                                        wgmma::advance(xk, uint32_t(2 * k) * wgmma::col_stride()));
+    }
+    wgmma::commit_and_wait();
+    wgmma::touch(c);
+    // The weights (rows: slices; columns: points 8 j + c0 + {0, 1}), as A
+    // fragments of k = 16 points: tiles 2 kk and 2 kk + 1.
+    uint32_t a[kStagePoints / 16][4];
+#pragma unroll
+    for (int j = 0; j < kStagePoints / 8; ++j) {
+      const float l0 = ls[8 * j + c0] * kLog2e, l1 = ls[8 * j + c0 + 1] * kLog2e;
+      const float w0 = exp2_approx(fmaf(c[j][0], scale2, ba) - l0);
+      const float w1 = exp2_approx(fmaf(c[j][1], scale2, ba) - l1);
+      const float w2 = exp2_approx(fmaf(c[j][2], scale2, bb) - l0);
+      const float w3 = exp2_approx(fmaf(c[j][3], scale2, bb) - l1);
+      cs[0] += w0 + w1;
+      cs[1] += w2 + w3;
+      a[j / 2][(j % 2) * 2] = pack_bf16(w0, w1);
+      a[j / 2][(j % 2) * 2 + 1] = pack_bf16(w2, w3);
+    }
+    wgmma::touch(acc);
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < kStagePoints / 16; ++kk) {
+      wgmma::mma<D, 1, true>(acc, a[kk],
+                             wgmma::advance(ym, uint32_t(2 * kk) * wgmma::row_stride(DP)));
+    }
+    wgmma::commit_and_wait();  // before the barrier that frees this stage's buffer
+    wgmma::touch(acc);
+  });
+  if (!owner) return;
+  float* out = acc_out + hd.bh * int64_t(g) * D;
+#pragma unroll
+  for (int db = 0; db < D / 8; ++db) {
+    float* o = out + (s + r0) * D + 8 * db + c0;
+    atomicAdd(o, acc[db][0]);
+    atomicAdd(o + 1, acc[db][1]);
+    atomicAdd(o + 8 * D, acc[db][2]);
+    atomicAdd(o + 8 * D + 1, acc[db][3]);
+  }
+  if (colsum_out == nullptr) return;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {  // the four lanes of a row hold its columns
+    cs[r] += __shfl_xor_sync(0xffffffffu, cs[r], 1);
+    cs[r] += __shfl_xor_sync(0xffffffffu, cs[r], 2);
+  }
+  if (lane % 4 == 0) {
+    atomicAdd(colsum_out + hd.bh * g + s + r0, cs[0]);
+    atomicAdd(colsum_out + hd.bh * g + s + r0 + 8, cs[1]);
   }
 }
 
@@ -967,6 +1089,424 @@ __global__ void __launch_bounds__(kBackThreads, 2)
   if (lane == 0) atomicAdd(tau_acc + hd.h, tau_sum);
 }
 
+// ---- the backward on Hopper: warpgroup products ----
+//
+// backward_wg_kernel makes backward_kernel's two passes with the same
+// arithmetic, but a warpgroup (four warps) takes four consecutive 16-point
+// tiles, 64 points, at a time, and every product is a wgmma: each chunk's B
+// (ws, os, gs) is read from shared memory once for the four warps instead of
+// once a warp. The mma.sync kernel is bound by those reads (Nsight Compute:
+// shared memory 90 % busy, tensor pipe 47 %). ws, os and gs are tiled
+// (wgmma.cuh) with the head dim padded with zeros to DP, a multiple of 16, so
+// that the k = D products run in whole steps of 16 (the A fragments' missing
+// half of a half step is zero too).
+
+constexpr int kWgPoints = 64;  // points a warpgroup takes at a time
+
+struct WgBackPlan {
+  size_t ws, os, gs, bias, gnorm, bytes;
+};
+
+__host__ __device__ inline WgBackPlan make_wg_back_plan(int dp, int g) {
+  WgBackPlan pl{};
+  size_t off = 0;
+  const size_t mat = size_t(g) * dp * sizeof(bf16);
+  pl.ws = take(off, mat);
+  pl.os = take(off, mat);
+  pl.gs = take(off, mat);
+  pl.bias = take(off, g * sizeof(float));
+  pl.gnorm = take(off, g * sizeof(float));
+  pl.bytes = off;
+  return pl;
+}
+
+// A (G, D) matrix, contiguous, into shared memory tiled with DP columns,
+// those past D zero.
+template <int D, int DP, int kThreads>
+__device__ inline void load_tiled(bf16* dst, const bf16* src, int g) {
+  constexpr int kPieces = DP / 8;
+  for (int i = threadIdx.x; i < g * kPieces; i += kThreads) {
+    const int r = i / kPieces, c = i % kPieces;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (c < D / 8) v = *reinterpret_cast<const uint4*>(src + int64_t(r) * D + c * 8);
+    *reinterpret_cast<uint4*>(dst + wgmma::tiled_offset(r, 8 * c, DP)) = v;
+  }
+}
+
+// C: slices a batch of products (16 or 32; wgmma m64n16 costs 16 SM
+// cycles, m64n32 19.5: scripts/wgmma_rate.cu on an H200). W: warps a block.
+template <int D, bool kDeslice, int C, int W>
+__global__ void __launch_bounds__(W * 32, 16 / W)
+    backward_wg_kernel(Problem p, const bf16* __restrict__ fx, const bf16* __restrict__ gout,
+                       const bf16* __restrict__ os_in, const bf16* __restrict__ gs_in,
+                       const float* __restrict__ gnorm_in, bf16* __restrict__ grad_x,
+                       bf16* __restrict__ grad_fx, float* __restrict__ dot_out,
+                       float* __restrict__ tau_acc, int groups_per_block) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  constexpr int KS = ksteps(D), DP = 16 * KS, J = C / 8;  // J: 8-wide slice tiles a batch
+  const int g = static_cast<int>(p.slices);
+  const WgBackPlan pl = make_wg_back_plan(DP, g);
+  const Head hd = block_head(p, D, g);
+  bf16* ws = at<bf16>(smem, pl.ws);
+  bf16* os = at<bf16>(smem, pl.os);
+  bf16* gs = at<bf16>(smem, pl.gs);
+  float* bias2 = at<float>(smem, pl.bias);
+  float* gnorm = at<float>(smem, pl.gnorm);
+  const int64_t mat = hd.bh * int64_t(g) * D;
+  load_tiled<D, DP, W * 32>(ws, static_cast<const bf16*>(p.ws), g);
+  if (kDeslice) load_tiled<D, DP, W * 32>(os, os_in + mat, g);
+  load_tiled<D, DP, W * 32>(gs, gs_in + mat, g);
+  for (int i = threadIdx.x; i < g; i += W * 32) gnorm[i] = gnorm_in[hd.bh * g + i];
+  const float scale2 = load_bias2<W>(bias2, p, hd.h, g);
+  const float inv_tau = 1.0f / p.tau[hd.h];
+  wgmma::shared_to_async();
+  __syncthreads();
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int c0 = 2 * (lane % 4);
+  // Descriptors at slice 0, k step 0: 8 slices on is a row of core matrices
+  // further, a k step of 16 two core matrices.
+  const uint64_t ws_k = wgmma::k_major(ws, 0, 0, DP), os_k = wgmma::k_major(os, 0, 0, DP);
+  const uint64_t gs_k = wgmma::k_major(gs, 0, 0, DP);
+  const uint64_t ws_mn = wgmma::mn_major(ws, 0, DP), gs_mn = wgmma::mn_major(gs, 0, DP);
+  const auto slice_bytes = [](int s0) { return uint32_t(s0 / 8) * wgmma::row_stride(DP); };
+  const auto step_bytes = [](int k) { return uint32_t(2 * k) * wgmma::col_stride(); };
+  float tau_sum = 0.0f;  // of (dL/dz) z2, z2 = z log2(e)
+  const auto [q0, q1] = block_tiles(p, groups_per_block, kWgPoints);
+  // Every warp of a warpgroup runs the same iterations (wgmma is collective);
+  // tiles past the end read zeros and store nothing.
+  for (int64_t q = q0 + warp / 4; q < q1; q += W / 4) {
+    const PointTile<D> tile(p, hd, 4 * q + warp % 4, lane, true);
+
+    uint32_t go[KS][4], fv[KS][4];
+    if (kDeslice) read_a_frags<D>(gout, hd, tile.na, tile.nb, tile.va, tile.vb, c0, go);
+    read_a_frags<D>(fx, hd, tile.na, tile.nb, tile.va, tile.vb, c0, fv);
+
+    // A batch's products: the logits (c) and dL/dw - gnorm (d) of C slices.
+    struct Products {
+      float c[J][4], d[J][4];
+    };
+    // Issues the products of slices s0 .. s0 + C - 1 into r as one batch,
+    // after `first` (more products of the same batch).
+    const auto issue = [&](Products& r, int s0, auto&& first) {
+      const uint32_t at = slice_bytes(s0);
+      wgmma::touch(r.c);
+      wgmma::touch(r.d);
+      wgmma::fence();
+      first();
+      // The first product of each sum overwrites its accumulators.
+      wgmma::mma<C, 0, false>(r.c, tile.x[0], wgmma::advance(ws_k, at));
+#pragma unroll
+      for (int k = 1; k < KS; ++k) {
+        wgmma::mma<C, 0, true>(r.c, tile.x[k], wgmma::advance(ws_k, at + step_bytes(k)));
+      }
+      if constexpr (kDeslice) {
+        wgmma::mma<C, 0, false>(r.d, go[0], wgmma::advance(os_k, at));
+#pragma unroll
+        for (int k = 1; k < KS; ++k) {
+          wgmma::mma<C, 0, true>(r.d, go[k], wgmma::advance(os_k, at + step_bytes(k)));
+        }
+      } else {
+        wgmma::mma<C, 0, false>(r.d, fv[0], wgmma::advance(gs_k, at));
+      }
+#pragma unroll
+      for (int k = kDeslice ? 0 : 1; k < KS; ++k) {
+        wgmma::mma<C, 0, true>(r.d, fv[k], wgmma::advance(gs_k, at + step_bytes(k)));
+      }
+      wgmma::commit();
+    };
+    // The logits z2, weights w and dL/dw of the batch from s0 (each lane:
+    // rows a, b; slices s0 + 8 j + c0 + {0, 1}) from its finished products.
+    const auto finish = [&](Products& r, int s0, float(&z)[J][4], float(&w)[J][4],
+                            float(&dl)[J][4]) {
+      const float la2 = tile.la * kLog2e, lb2 = tile.lb * kLog2e;
+#pragma unroll
+      for (int j = 0; j < J; ++j) {
+        const int s = s0 + 8 * j + c0;
+        const float b0 = bias2[s], b1 = bias2[s + 1], n0 = gnorm[s], n1 = gnorm[s + 1];
+        z[j][0] = fmaf(r.c[j][0], scale2, b0);
+        z[j][1] = fmaf(r.c[j][1], scale2, b1);
+        z[j][2] = fmaf(r.c[j][2], scale2, b0);
+        z[j][3] = fmaf(r.c[j][3], scale2, b1);
+        w[j][0] = tile.va ? exp2_approx(z[j][0] - la2) : 0.0f;
+        w[j][1] = tile.va ? exp2_approx(z[j][1] - la2) : 0.0f;
+        w[j][2] = tile.vb ? exp2_approx(z[j][2] - lb2) : 0.0f;
+        w[j][3] = tile.vb ? exp2_approx(z[j][3] - lb2) : 0.0f;
+        dl[j][0] = r.d[j][0] + n0;
+        dl[j][1] = r.d[j][1] + n1;
+        dl[j][2] = r.d[j][2] + n0;
+        dl[j][3] = r.d[j][3] + n1;
+      }
+    };
+    // A pass over the slices: per batch, `use` turns z, w, dl into v (16
+    // points x C slices) and names m (G x D, MN-major), and acc (16 points
+    // x D) += v m[s0 .. s0 + C - 1, :]. That product goes in the next
+    // batch's wgmma group: one wait a batch, nothing in flight across it,
+    // and no product under a branch (ptxas serializes those, C7520).
+    const auto pass = [&](float(&acc)[D / 8][4], auto&& use) {
+      Products r{};
+      uint32_t a[C / 16][4];
+      uint64_t m = 0;
+      const auto product = [&] {
+#pragma unroll
+        for (int h = 0; h < C / 16; ++h) {
+          wgmma::mma<D, 1, true>(acc, a[h], wgmma::advance(m, h * 2 * wgmma::row_stride(DP)));
+        }
+      };
+      const auto take = [&](int s0) {
+        wgmma::wait<0>();
+        wgmma::touch(r.c);
+        wgmma::touch(r.d);
+        float z[J][4], w[J][4], dl[J][4], v[J][4];
+        finish(r, s0, z, w, dl);
+        m = wgmma::advance(use(z, w, dl, v), slice_bytes(s0));
+#pragma unroll
+        for (int h = 0; h < C / 16; ++h) {
+          a[h][0] = pack_bf16(v[2 * h][0], v[2 * h][1]);
+          a[h][1] = pack_bf16(v[2 * h][2], v[2 * h][3]);
+          a[h][2] = pack_bf16(v[2 * h + 1][0], v[2 * h + 1][1]);
+          a[h][3] = pack_bf16(v[2 * h + 1][2], v[2 * h + 1][3]);
+        }
+      };
+      issue(r, 0, [] {});
+      take(0);
+      for (int s0 = C; s0 < g; s0 += C) {
+        issue(r, s0, product);
+        take(s0);
+      }
+      wgmma::fence();
+      product();
+      wgmma::commit_and_wait();
+      wgmma::touch(acc);
+    };
+
+    // Pass 1: dot and grad_fx = w gs.
+    float dot[2] = {0.f, 0.f};  // rows a, b
+    {
+      float afx[D / 8][4] = {};
+      pass(afx, [&](const float(&)[J][4], const float(&w)[J][4], const float(&dl)[J][4],
+                    float(&v)[J][4]) {
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+          dot[0] += w[j][0] * dl[j][0] + w[j][1] * dl[j][1];
+          dot[1] += w[j][2] * dl[j][2] + w[j][3] * dl[j][3];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) v[j][e] = w[j][e];
+        }
+        return gs_mn;
+      });
+      tile.store(grad_fx, hd, lane, afx);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {  // the four lanes of a row hold its columns
+      dot[r] += __shfl_xor_sync(0xffffffffu, dot[r], 1);
+      dot[r] += __shfl_xor_sync(0xffffffffu, dot[r], 2);
+    }
+    if (lane % 4 == 0) {
+      if (tile.va) dot_out[hd.bh * hd.n + tile.na] = dot[0];
+      if (tile.vb) dot_out[hd.bh * hd.n + tile.nb] = dot[1];
+    }
+
+    // Pass 2: dL/dz, tau's sum and grad_x = (dL/dz / tau) ws.
+    float ax[D / 8][4] = {};
+    pass(ax, [&](const float(&z)[J][4], const float(&w)[J][4], const float(&dl)[J][4],
+                 float(&v)[J][4]) {
+#pragma unroll
+      for (int j = 0; j < J; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float gz = w[j][e] * (dl[j][e] - dot[e / 2]);  // dL/dz
+          tau_sum += gz * z[j][e];
+          v[j][e] = gz * inv_tau;  // dL/dlogits
+        }
+      }
+      return ws_mn;
+    });
+    tile.store(grad_x, hd, lane, ax);
+  }
+  tau_sum = warp_sum(tau_sum) * kLn2;
+  if (lane == 0) atomicAdd(tau_acc + hd.h, tau_sum);
+}
+
+// ---- the forward row kernels on Hopper ----
+//
+// lse_wg_kernel and expand_wg_kernel do lse_kernel's and expand_kernel's
+// work with a warpgroup on 64 points at a time and wgmma products of C = 32
+// slices (ws, and expand's z, tiled in shared memory as in the backward).
+
+struct WgRowPlan {
+  size_t ws, z, bias, bytes;
+};
+
+__host__ __device__ inline WgRowPlan make_wg_row_plan(int dp, int g, bool with_z) {
+  WgRowPlan pl{};
+  size_t off = 0;
+  const size_t mat = size_t(g) * dp * sizeof(bf16);
+  pl.ws = take(off, mat);
+  if (with_z) pl.z = take(off, mat);
+  pl.bias = take(off, g * sizeof(float));
+  pl.bytes = off;
+  return pl;
+}
+
+constexpr int kWgRowWarps = 8;
+constexpr int kWgSlices = 32;  // slices a batch of the forward kernels
+
+// The logits of slices s0 .. s0 + C - 1 for a tile, into c (C fragments),
+// issued as one batch after `first`.
+template <int D, int C, typename First>
+__device__ inline void issue_logits(float (&c)[C / 8][4], const PointTile<D>& tile, uint64_t ws_k,
+                                    int s0, First&& first) {
+  constexpr int DP = 16 * ksteps(D);
+  wgmma::touch(c);
+  wgmma::fence();
+  first();
+  const uint64_t at = wgmma::advance(ws_k, uint32_t(s0 / 8) * wgmma::row_stride(DP));
+  wgmma::mma<C, 0, false>(c, tile.x[0], at);  // overwrites c
+#pragma unroll
+  for (int k = 1; k < ksteps(D); ++k) {
+    wgmma::mma<C, 0, true>(c, tile.x[k], wgmma::advance(at, uint32_t(2 * k) * wgmma::col_stride()));
+  }
+  wgmma::commit();
+}
+
+template <int D>
+__global__ void __launch_bounds__(kWgRowWarps * 32) lse_wg_kernel(Problem p, int groups_per_block) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  constexpr int DP = 16 * ksteps(D), C = kWgSlices, J = C / 8;
+  const int g = static_cast<int>(p.slices);
+  const WgRowPlan pl = make_wg_row_plan(DP, g, false);
+  const Head hd = block_head(p, D, g);
+  bf16* ws = at<bf16>(smem, pl.ws);
+  float* bias2 = at<float>(smem, pl.bias);
+  load_tiled<D, DP, kWgRowWarps * 32>(ws, static_cast<const bf16*>(p.ws), g);
+  const float scale2 = load_bias2<kWgRowWarps>(bias2, p, hd.h, g);
+  wgmma::shared_to_async();
+  __syncthreads();
+  const uint64_t ws_k = wgmma::k_major(ws, 0, 0, DP);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, c0 = 2 * (lane % 4);
+  const auto [q0, q1] = block_tiles(p, groups_per_block, kWgPoints);
+  for (int64_t q = q0 + warp / 4; q < q1; q += kWgRowWarps / 4) {
+    const PointTile<D> tile(p, hd, 4 * q + warp % 4, lane, false);
+    float m[2] = {-INFINITY, -INFINITY}, sum[2] = {0.f, 0.f};  // rows a, b
+    const auto add = [&](float(&c)[J][4], int s0) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float z[2 * J], cm = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+          const int s = s0 + 8 * j + c0;
+          z[2 * j] = fmaf(c[j][2 * r], scale2, bias2[s]);
+          z[2 * j + 1] = fmaf(c[j][2 * r + 1], scale2, bias2[s + 1]);
+          cm = fmaxf(cm, fmaxf(z[2 * j], z[2 * j + 1]));
+        }
+        const float mn = fmaxf(m[r], cm);
+        float t = sum[r] * exp2_approx(m[r] - mn);
+#pragma unroll
+        for (int i = 0; i < 2 * J; ++i) t += exp2_approx(z[i] - mn);
+        sum[r] = t;
+        m[r] = mn;
+      }
+    };
+    // Two batches in flight, both finished inside the iteration.
+    float ca[J][4] = {}, cb[J][4] = {};
+    for (int s0 = 0; s0 < g; s0 += 2 * C) {
+      issue_logits<D, C>(ca, tile, ws_k, s0, [] {});
+      issue_logits<D, C>(cb, tile, ws_k, s0 + C, [] {});
+      wgmma::wait<1>();
+      wgmma::touch(ca);
+      add(ca, s0);
+      wgmma::wait<0>();
+      wgmma::touch(cb);
+      add(cb, s0 + C);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {  // the four lanes of a row hold its columns
+#pragma unroll
+      for (int o = 1; o < 4; o <<= 1) {
+        const float mo = __shfl_xor_sync(0xffffffffu, m[r], o);
+        const float so = __shfl_xor_sync(0xffffffffu, sum[r], o);
+        const float mn = fmaxf(m[r], mo);
+        sum[r] = sum[r] * exp2_approx(m[r] - mn) + so * exp2_approx(mo - mn);
+        m[r] = mn;
+      }
+    }
+    if (lane % 4 == 0) {
+      if (tile.va) p.lse[hd.bh * hd.n + tile.na] = (m[0] + __log2f(sum[0])) * kLn2;
+      if (tile.vb) p.lse[hd.bh * hd.n + tile.nb] = (m[1] + __log2f(sum[1])) * kLn2;
+    }
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kWgRowWarps * 32)
+    expand_wg_kernel(Problem p, const bf16* __restrict__ z_in, bf16* __restrict__ out,
+                     int groups_per_block) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  constexpr int DP = 16 * ksteps(D), C = kWgSlices, J = C / 8;
+  const int g = static_cast<int>(p.slices);
+  const WgRowPlan pl = make_wg_row_plan(DP, g, true);
+  const Head hd = block_head(p, D, g);
+  bf16* ws = at<bf16>(smem, pl.ws);
+  bf16* zs = at<bf16>(smem, pl.z);
+  float* bias2 = at<float>(smem, pl.bias);
+  load_tiled<D, DP, kWgRowWarps * 32>(ws, static_cast<const bf16*>(p.ws), g);
+  load_tiled<D, DP, kWgRowWarps * 32>(zs, z_in + hd.bh * int64_t(g) * D, g);
+  const float scale2 = load_bias2<kWgRowWarps>(bias2, p, hd.h, g);
+  wgmma::shared_to_async();
+  __syncthreads();
+  const uint64_t ws_k = wgmma::k_major(ws, 0, 0, DP), z_mn = wgmma::mn_major(zs, 0, DP);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, c0 = 2 * (lane % 4);
+  const auto [q0, q1] = block_tiles(p, groups_per_block, kWgPoints);
+  for (int64_t q = q0 + warp / 4; q < q1; q += kWgRowWarps / 4) {
+    const PointTile<D> tile(p, hd, 4 * q + warp % 4, lane, true);
+    const float la2 = tile.la * kLog2e, lb2 = tile.lb * kLog2e;
+    float acc[D / 8][4] = {}, c[J][4] = {};
+    uint32_t a[C / 16][4];
+    uint64_t m = 0;
+    // acc += w z[s0 .. s0 + C - 1] of the batch taken last.
+    const auto product = [&] {
+#pragma unroll
+      for (int h = 0; h < C / 16; ++h) {
+        wgmma::mma<D, 1, true>(acc, a[h], wgmma::advance(m, h * 2 * wgmma::row_stride(DP)));
+      }
+    };
+    const auto take = [&](int s0) {
+      wgmma::wait<0>();
+      wgmma::touch(c);
+      float w[J][4];
+#pragma unroll
+      for (int j = 0; j < J; ++j) {
+        const int s = s0 + 8 * j + c0;
+        const float b0 = bias2[s], b1 = bias2[s + 1];
+        w[j][0] = tile.va ? exp2_approx(fmaf(c[j][0], scale2, b0) - la2) : 0.0f;
+        w[j][1] = tile.va ? exp2_approx(fmaf(c[j][1], scale2, b1) - la2) : 0.0f;
+        w[j][2] = tile.vb ? exp2_approx(fmaf(c[j][2], scale2, b0) - lb2) : 0.0f;
+        w[j][3] = tile.vb ? exp2_approx(fmaf(c[j][3], scale2, b1) - lb2) : 0.0f;
+      }
+#pragma unroll
+      for (int h = 0; h < C / 16; ++h) {
+        a[h][0] = pack_bf16(w[2 * h][0], w[2 * h][1]);
+        a[h][1] = pack_bf16(w[2 * h][2], w[2 * h][3]);
+        a[h][2] = pack_bf16(w[2 * h + 1][0], w[2 * h + 1][1]);
+        a[h][3] = pack_bf16(w[2 * h + 1][2], w[2 * h + 1][3]);
+      }
+      m = wgmma::advance(z_mn, uint32_t(s0 / 8) * wgmma::row_stride(DP));
+    };
+    issue_logits<D, C>(c, tile, ws_k, 0, [] {});
+    take(0);
+    for (int s0 = C; s0 < g; s0 += C) {
+      issue_logits<D, C>(c, tile, ws_k, s0, product);
+      take(s0);
+    }
+    wgmma::fence();
+    product();
+    wgmma::commit_and_wait();
+    wgmma::touch(acc);
+    tile.store(out, hd, lane, acc);
+  }
+}
+
 // grad_ws and grad_bias (see above): the chunk of warp w is blockIdx.z W +
 // w; stages hold x, fx, gout (with a deslice), lse (+inf past the end: zero
 // weights) and dot.
@@ -1056,6 +1596,155 @@ __global__ void __launch_bounds__(kRegThreads, 2)
   if (owner) add_chunk<D>(grad_ws, grad_bias, s, lane, acc, cs);
 }
 
+// weight_grad_wg_kernel, on Hopper: as reduce_wg_kernel, warpgroup w owns
+// 64 slices, each warp 16 with their ws, os and gs rows as A fragments
+// (k = D). Per half stage (32 points) it forms the transposed logits and
+// dL/dw - gnorm (os gout^T + gs fx^T) from the K-major x, gout and fx
+// stages, dL/dlogits = w (dL/dw - dot) / tau in place, and adds that, as A
+// fragments (k = points), times the x stage (MN-major) to grad_ws (slices
+// x D), its row sums to grad_bias. The product of a half goes in the batch
+// of the next; the last one is finished before the stage's barrier. It
+// runs at D <= 32 only: above, the three A operands need more than 128
+// registers (ptxas spilled and serialized the products at two blocks an
+// SM), and at one block an SM it was slower than weight_grad_kernel.
+template <int D, bool kDeslice>
+__global__ void __launch_bounds__(kRegThreads, 2)
+    weight_grad_wg_kernel(Problem p, const bf16* __restrict__ gout, const bf16* __restrict__ fx,
+                          const bf16* __restrict__ os_in, const bf16* __restrict__ gs_in,
+                          const float* __restrict__ gnorm_in, const float* __restrict__ dot,
+                          float* __restrict__ grad_ws, float* __restrict__ grad_bias,
+                          int stages_per_block) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  constexpr int KS = ksteps(D), DP = 16 * KS, T = kDeslice ? 3 : 2, H = kStagePoints / 2;
+  const int g = static_cast<int>(p.slices);
+  const auto st = make_stage<T, 2>(D, DP);
+  const Head hd = block_head(p, D, g);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int r0 = lane / 4, c0 = 2 * (lane % 4);
+  const int group = int(blockIdx.z) * (kRegWarps / 4) + warp / 4;
+  const bool owner = (group + 1) * kWgReduceSlices <= g;  // uniform over the warpgroup
+  const int s = owner ? group * kWgReduceSlices + 16 * (warp % 4) : 0;  // this warp's rows
+
+  // Rows s + r0 and s + r0 + 8 of a (G, D) matrix as A fragments (k = D).
+  const auto rows_a = [&](const bf16* m, uint32_t(&a)[KS][4]) {
+    const bf16* ra = m + (s + r0) * D + c0;
+    const bf16* rb = ra + 8 * D;
+#pragma unroll
+    for (int k = 0; k < KS; ++k) {
+      const bool whole = !half_step<D>(k);
+      a[k][0] = load_u32(ra + 16 * k);
+      a[k][1] = load_u32(rb + 16 * k);
+      a[k][2] = whole ? load_u32(ra + 16 * k + 8) : 0u;
+      a[k][3] = whole ? load_u32(rb + 16 * k + 8) : 0u;
+    }
+  };
+  const int64_t mat = hd.bh * int64_t(g) * D;
+  uint32_t wsa[KS][4], osa[KS][4], gsa[KS][4];
+  rows_a(static_cast<const bf16*>(p.ws), wsa);
+  if constexpr (kDeslice) rows_a(os_in + mat, osa);
+  rows_a(gs_in + mat, gsa);
+  const float scale2 = kLog2e / p.tau[hd.h], inv_tau = 1.0f / p.tau[hd.h];
+  const float ba = p.bias[s + r0] * scale2, bb = p.bias[s + r0 + 8] * scale2;
+  const float na = gnorm_in[hd.bh * g + s + r0], nb = gnorm_in[hd.bh * g + s + r0 + 8];
+
+  float acc[D / 8][4] = {};
+  float cs[2] = {0.f, 0.f};  // grad_bias of rows s + r0, s + r0 + 8, over the lane's points
+  StageSources<T, 2> src{{static_cast<const bf16*>(p.x), fx}, {p.lse, dot}, {INFINITY, 0.0f}};
+  if constexpr (kDeslice) src.mat[2] = gout;
+  const auto [s0, s1] = block_tiles(p, stages_per_block, kStagePoints);
+  run_stages<D, T, 2, DP>(st, src, smem, hd, s0, s1, [&](const unsigned char* buf) {
+    if (!owner) return;
+    const bf16* xs = reinterpret_cast<const bf16*>(buf + st.mat[0]);
+    const bf16* fxs = reinterpret_cast<const bf16*>(buf + st.mat[1]);
+    const bf16* gos = reinterpret_cast<const bf16*>(buf + st.mat[T - 1]);
+    const float* ls = reinterpret_cast<const float*>(buf + st.vec[0]);
+    const float* ds = reinterpret_cast<const float*>(buf + st.vec[1]);
+    const uint64_t xm = wgmma::mn_major(xs, 0, DP);
+    float c[H / 8][4], d[H / 8][4];
+    uint32_t a[H / 16][4];
+    // acc += the last half's dL/dlogits^T (a) x[n0 .. n0 + H - 1].
+    const auto product = [&](int n0) {
+#pragma unroll
+      for (int kk = 0; kk < H / 16; ++kk) {
+        wgmma::mma<D, 1, true>(
+            acc, a[kk], wgmma::advance(xm, uint32_t((n0 + 16 * kk) / 8) * wgmma::row_stride(DP)));
+      }
+    };
+    // The logits^T and dL/dw^T - gnorm of points n0 .. n0 + H - 1, after `first`.
+    const auto issue = [&](int n0, auto&& first) {
+      wgmma::touch(c);
+      wgmma::touch(d);
+      wgmma::touch(acc);
+      wgmma::fence();
+      first();
+      const auto kdesc = [&](const bf16* m, int k) { return wgmma::k_major(m, n0, 16 * k, DP); };
+      wgmma::mma<H, 0, false>(c, wsa[0], kdesc(xs, 0));
+#pragma unroll
+      for (int k = 1; k < KS; ++k) wgmma::mma<H, 0, true>(c, wsa[k], kdesc(xs, k));
+      if constexpr (kDeslice) {
+        wgmma::mma<H, 0, false>(d, osa[0], kdesc(gos, 0));
+#pragma unroll
+        for (int k = 1; k < KS; ++k) wgmma::mma<H, 0, true>(d, osa[k], kdesc(gos, k));
+      } else {
+        wgmma::mma<H, 0, false>(d, gsa[0], kdesc(fxs, 0));
+      }
+#pragma unroll
+      for (int k = kDeslice ? 0 : 1; k < KS; ++k) wgmma::mma<H, 0, true>(d, gsa[k], kdesc(fxs, k));
+      wgmma::commit_and_wait();
+      wgmma::touch(c);
+      wgmma::touch(d);
+      wgmma::touch(acc);
+    };
+    // dL/dlogits^T of points n0 ..: into a, its row sums into cs.
+    const auto take = [&](int n0) {
+#pragma unroll
+      for (int j = 0; j < H / 8; ++j) {
+        const int pt = n0 + 8 * j + c0;
+        const float l0 = ls[pt] * kLog2e, l1 = ls[pt + 1] * kLog2e, d0 = ds[pt], d1 = ds[pt + 1];
+        const float g0 =
+            exp2_approx(fmaf(c[j][0], scale2, ba) - l0) * (d[j][0] + na - d0) * inv_tau;
+        const float g1 =
+            exp2_approx(fmaf(c[j][1], scale2, ba) - l1) * (d[j][1] + na - d1) * inv_tau;
+        const float g2 =
+            exp2_approx(fmaf(c[j][2], scale2, bb) - l0) * (d[j][2] + nb - d0) * inv_tau;
+        const float g3 =
+            exp2_approx(fmaf(c[j][3], scale2, bb) - l1) * (d[j][3] + nb - d1) * inv_tau;
+        cs[0] += g0 + g1;
+        cs[1] += g2 + g3;
+        a[j / 2][(j % 2) * 2] = pack_bf16(g0, g1);
+        a[j / 2][(j % 2) * 2 + 1] = pack_bf16(g2, g3);
+      }
+    };
+    issue(0, [] {});
+    take(0);
+    issue(H, [&] { product(0); });
+    take(H);
+    wgmma::touch(acc);
+    wgmma::fence();
+    product(H);
+    wgmma::commit_and_wait();  // before the barrier that frees this stage's buffer
+    wgmma::touch(acc);
+  });
+  if (!owner) return;
+#pragma unroll
+  for (int db = 0; db < D / 8; ++db) {
+    float* o = grad_ws + (s + r0) * D + 8 * db + c0;
+    atomicAdd(o, acc[db][0]);
+    atomicAdd(o + 1, acc[db][1]);
+    atomicAdd(o + 8 * D, acc[db][2]);
+    atomicAdd(o + 8 * D + 1, acc[db][3]);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {  // the four lanes of a row hold its columns
+    cs[r] += __shfl_xor_sync(0xffffffffu, cs[r], 1);
+    cs[r] += __shfl_xor_sync(0xffffffffu, cs[r], 2);
+  }
+  if (lane % 4 == 0) {
+    atomicAdd(grad_bias + s + r0, cs[0]);
+    atomicAdd(grad_bias + s + r0 + 8, cs[1]);
+  }
+}
+
 void check_launch(const char* what) { kernels::check_launch("slice kernels", what); }
 
 using kernels::check_cuda;
@@ -1092,6 +1781,19 @@ void check_problem(const Problem& p) {
   if (p.batch * p.heads > 65535) throw std::invalid_argument("slice kernels: too many heads");
 }
 
+// The wgmma kernels run on Hopper unless SLIPSTREAM_SLICE_KERNELS=mma asks
+// for the mma.sync ones (as on other GPUs), for measurements against them.
+bool wgmma_kernels() {
+  static const bool mma = [] {
+    const char* e = std::getenv("SLIPSTREAM_SLICE_KERNELS");
+    return e != nullptr && std::string(e) == "mma";
+  }();
+  return !mma && kernels::hopper();
+}
+
+// The forward row kernels' wgmma forms need the slices in whole batches.
+bool use_wg_rows(const Problem& p, int batch) { return p.slices % batch == 0 && wgmma_kernels(); }
+
 template <int D>
 void reduce_d(const Problem& p, const void* y, float* acc, float* colsum, bool compute_lse) {
   if (p.points == 0) return;
@@ -1099,10 +1801,32 @@ void reduce_d(const Problem& p, const void* y, float* acc, float* colsum, bool c
   const auto stream = static_cast<cudaStream_t>(p.stream);
   const size_t smem = make_reg_plan(D, g, false).bytes;
   int per = 0;
-  if (compute_lse) {
+  if (compute_lse && use_wg_rows(p, 2 * kWgSlices)) {
+    const size_t wg_smem = make_wg_row_plan(16 * ksteps(D), g, false).bytes;
+    const dim3 grid = launch_grid(lse_wg_kernel<D>, kWgRowWarps * 32, wg_smem, p, &per, kWgPoints);
+    lse_wg_kernel<D><<<grid, kWgRowWarps * 32, wg_smem, stream>>>(p, per);
+    check_launch("lse");
+  } else if (compute_lse) {
     const dim3 grid = launch_grid(lse_kernel<D>, kRegThreads, smem, p, &per, kRowTile);
     lse_kernel<D><<<grid, kRegThreads, smem, stream>>>(p, per);
     check_launch("lse");
+  }
+  // The wgmma reduce where it measured faster (slice_kernels_bench on an
+  // H200): D 56 0.374 against 0.423 ms; at D 32 it was slower, 0.272
+  // against 0.252.
+  if constexpr (D > 32) {
+    if (use_wg_rows(p, kWgReduceSlices)) {
+      // Two warpgroups a block, 64 slices each: ceil(G / 128) blocks per run
+      // of stages.
+      const int splits = (g + 2 * kWgReduceSlices - 1) / (2 * kWgReduceSlices);
+      const size_t stage_smem = make_stage<2, 1>(D, 16 * ksteps(D)).bytes * kStages;
+      const dim3 grid =
+          launch_grid(reduce_wg_kernel<D>, kRegThreads, stage_smem, p, &per, kStagePoints, splits);
+      reduce_wg_kernel<D><<<grid, kRegThreads, stage_smem, stream>>>(p, static_cast<const bf16*>(y),
+                                                                     acc, colsum, per);
+      check_launch("reduce");
+      return;
+    }
   }
   // reduce_chunks(D) chunks of 16 slices a warp: ceil(chunks / (W C))
   // blocks per stage run, every warp of a block walking all of its stages.
@@ -1119,8 +1843,17 @@ void reduce_d(const Problem& p, const void* y, float* acc, float* colsum, bool c
 template <int D>
 void expand_d(const Problem& p, const void* z, void* out) {
   if (p.points == 0) return;
-  const size_t smem = make_reg_plan(D, static_cast<int>(p.slices), true).bytes;
   int per = 0;
+  if (use_wg_rows(p, kWgSlices)) {
+    const size_t wg_smem = make_wg_row_plan(16 * ksteps(D), static_cast<int>(p.slices), true).bytes;
+    const dim3 grid =
+        launch_grid(expand_wg_kernel<D>, kWgRowWarps * 32, wg_smem, p, &per, kWgPoints);
+    expand_wg_kernel<D><<<grid, kWgRowWarps * 32, wg_smem, static_cast<cudaStream_t>(p.stream)>>>(
+        p, static_cast<const bf16*>(z), static_cast<bf16*>(out), per);
+    check_launch("expand");
+    return;
+  }
+  const size_t smem = make_reg_plan(D, static_cast<int>(p.slices), true).bytes;
   const dim3 grid = launch_grid(expand_kernel<D>, kRegThreads, smem, p, &per, kRowTile);
   expand_kernel<D><<<grid, kRegThreads, smem, static_cast<cudaStream_t>(p.stream)>>>(
       p, static_cast<const bf16*>(z), static_cast<bf16*>(out), per);
@@ -1134,12 +1867,51 @@ void backward_dd(const Problem& p, const bf16* fx, const bf16* gout, const bf16*
   const auto stream = static_cast<cudaStream_t>(p.stream);
   const size_t smem = make_back_plan(D, static_cast<int>(p.slices)).bytes;
   int per = 0;
-  const dim3 grid =
-      launch_grid(backward_kernel<D, kDeslice>, kBackThreads, smem, p, &per, kRowTile);
-  backward_kernel<D, kDeslice>
-      <<<grid, kBackThreads, smem, stream>>>(p, fx, gout, os, gs, gnorm, static_cast<bf16*>(grad_x),
-                                             static_cast<bf16*>(grad_fx), dot, tau_acc, per);
+  if (wgmma_kernels()) {
+    const size_t wg_smem = make_wg_back_plan(16 * ksteps(D), static_cast<int>(p.slices)).bytes;
+    const auto launch = [&](auto kernel, int warps) {
+      const dim3 grid = launch_grid(kernel, warps * 32, wg_smem, p, &per, kWgPoints);
+      kernel<<<grid, warps * 32, wg_smem, stream>>>(p, fx, gout, os, gs, gnorm,
+                                                    static_cast<bf16*>(grad_x),
+                                                    static_cast<bf16*>(grad_fx), dot, tau_acc, per);
+    };
+    // Batches of 32 slices where they divide G. Above D 32 their registers
+    // (161 at D 56) need blocks of 12 warps, one an SM; at D 32 and below
+    // two blocks of 8 fit. On the H200 (slice_kernels_bench 200000 20 D,
+    // the backward with its weight gradient): D 56 1.76 ms against 2.09 for
+    // batches of 16 and 2.03 for mma.sync; D 32 1.08 against 1.19 and 1.25.
+    if (p.slices % 32 != 0) {
+      launch(backward_wg_kernel<D, kDeslice, 16, 8>, 8);
+    } else if constexpr (D > 32) {
+      launch(backward_wg_kernel<D, kDeslice, 32, 12>, 12);
+    } else {
+      launch(backward_wg_kernel<D, kDeslice, 32, 8>, 8);
+    }
+  } else {
+    const dim3 grid =
+        launch_grid(backward_kernel<D, kDeslice>, kBackThreads, smem, p, &per, kRowTile);
+    backward_kernel<D, kDeslice><<<grid, kBackThreads, smem, stream>>>(
+        p, fx, gout, os, gs, gnorm, static_cast<bf16*>(grad_x), static_cast<bf16*>(grad_fx), dot,
+        tau_acc, per);
+  }
   check_launch("backward");
+  // The wgmma weight gradient where it measured faster (the step's profile
+  // on an H200): D 32 2.96 against 3.16 ms a step; at D 56, one block an SM,
+  // 10.68 against 9.70.
+  if constexpr (D <= 32) {
+    if (use_wg_rows(p, kWgReduceSlices)) {
+      const int splits =
+          static_cast<int>((p.slices + 2 * kWgReduceSlices - 1) / (2 * kWgReduceSlices));
+      const size_t stage_smem = make_stage < kDeslice ? 3 : 2,
+                   2 > (D, 16 * ksteps(D)).bytes * kStages;
+      const dim3 wgrid = launch_grid(weight_grad_wg_kernel<D, kDeslice>, kRegThreads, stage_smem, p,
+                                     &per, kStagePoints, splits);
+      weight_grad_wg_kernel<D, kDeslice><<<wgrid, kRegThreads, stage_smem, stream>>>(
+          p, gout, fx, os, gs, gnorm, dot, grad_ws, grad_bias, per);
+      check_launch("weight gradient");
+      return;
+    }
+  }
   // One warp per chunk of 16 slices: ceil(chunks / W) blocks per stage run.
   const int splits = static_cast<int>((p.slices / 16 + kRegWarps - 1) / kRegWarps);
   const size_t stage_smem = make_stage < kDeslice ? 3 : 2, 2 > (D).bytes * kStages;

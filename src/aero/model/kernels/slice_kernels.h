@@ -17,6 +17,12 @@
 // tau_acc: (H) fp32. Accumulating outputs (acc, colsum, grad_ws, grad_bias,
 // tau_acc) are added to with atomics: the caller zeroes them. Every launch
 // is asynchronous on `stream`; nothing here synchronizes.
+//
+// On Hopper (sm_90a) the row kernels (lse, expand, the backward's first)
+// form their products with wgmma, a warpgroup on 64 points at a time
+// (wgmma.cuh); elsewhere, or with SLIPSTREAM_SLICE_KERNELS=mma in the
+// environment (for measurements), with mma.sync, a warp on 16. Both give
+// the same sums up to fp32 rounding order.
 #pragma once
 
 #include <cstdint>
