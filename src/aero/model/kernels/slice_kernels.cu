@@ -349,6 +349,41 @@ struct PointTile {
     }
   }
 
+  // Sums the per-lane parts v[0] (row a), v[1] (row b) over the four lanes
+  // of each row and writes them to rows a, b of a (B, H, N) fp32 tensor.
+  __device__ void store_row_sums(float* out, const Head& hd, int lane, float (&v)[2]) const {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {  // the four lanes of a row hold its columns
+      v[r] += __shfl_xor_sync(0xffffffffu, v[r], 1);
+      v[r] += __shfl_xor_sync(0xffffffffu, v[r], 2);
+    }
+    if (lane % 4 == 0) {
+      if (va) out[hd.bh * hd.n + na] = v[0];
+      if (vb) out[hd.bh * hd.n + nb] = v[1];
+    }
+  }
+
+  // Merges the per-lane online log-sum-exps (m[r], sum[r]: log2 units) over
+  // the four lanes of each row and writes lse (natural units) to rows a, b.
+  __device__ void store_lse(float* lse, const Head& hd, int lane, float (&m)[2],
+                            float (&sum)[2]) const {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {  // the four lanes of a row hold its columns
+#pragma unroll
+      for (int o = 1; o < 4; o <<= 1) {
+        const float mo = __shfl_xor_sync(0xffffffffu, m[r], o);
+        const float so = __shfl_xor_sync(0xffffffffu, sum[r], o);
+        const float mn = fmaxf(m[r], mo);
+        sum[r] = sum[r] * exp2_approx(m[r] - mn) + so * exp2_approx(mo - mn);
+        m[r] = mn;
+      }
+    }
+    if (lane % 4 == 0) {
+      if (va) lse[hd.bh * hd.n + na] = (m[0] + __log2f(sum[0])) * kLn2;
+      if (vb) lse[hd.bh * hd.n + nb] = (m[1] + __log2f(sum[1])) * kLn2;
+    }
+  }
+
   // The weights of a chunk from its logits (zero for rows past the end).
   __device__ void weights(const float (&z)[2][4], float (&w)[2][4]) const {
     const float la2 = la * kLog2e, lb2 = lb * kLog2e;
@@ -411,22 +446,7 @@ __global__ void __launch_bounds__(kRegThreads) lse_kernel(Problem p, int tiles_p
         m[r] = mn;
       }
     }
-    // The four lanes of a row hold its columns between them.
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-#pragma unroll
-      for (int o = 1; o < 4; o <<= 1) {
-        const float mo = __shfl_xor_sync(0xffffffffu, m[r], o);
-        const float so = __shfl_xor_sync(0xffffffffu, sum[r], o);
-        const float mn = fmaxf(m[r], mo);
-        sum[r] = sum[r] * exp2_approx(m[r] - mn) + so * exp2_approx(mo - mn);
-        m[r] = mn;
-      }
-    }
-    if (lane % 4 == 0) {
-      if (tile.va) p.lse[hd.bh * hd.n + tile.na] = (m[0] + __log2f(sum[0])) * kLn2;
-      if (tile.vb) p.lse[hd.bh * hd.n + tile.nb] = (m[1] + __log2f(sum[1])) * kLn2;
-    }
+    tile.store_lse(p.lse, hd, lane, m, sum);
   }
 }
 
@@ -618,12 +638,10 @@ __device__ inline void pack_transposed(const float (&v)[2][4], uint32_t (&t)[4])
   t[3] = transpose8(pack_bf16(v[1][2], v[1][3]));
 }
 
-// Adds a warp's (16 x D) C-fragment accumulator for the chunk at slice s to
-// out (G x D fp32), and its per-lane column sums cs[j][e] (slices s + 8 j +
-// c0 + e) to colsum when not null.
+// Adds a warp's (16 x D) C-fragment accumulator of rows s + lane/4 and
+// s + lane/4 + 8 to out (G x D fp32).
 template <int D>
-__device__ inline void add_chunk(float* out, float* colsum, int s, int lane,
-                                 const float (&acc)[D / 8][4], const float (&cs)[2][2]) {
+__device__ inline void add_accumulator(float* out, int s, int lane, const float (&acc)[D / 8][4]) {
   const int r0 = lane / 4, c0 = 2 * (lane % 4);
 #pragma unroll
   for (int db = 0; db < D / 8; ++db) {
@@ -633,6 +651,15 @@ __device__ inline void add_chunk(float* out, float* colsum, int s, int lane,
     atomicAdd(o + 8 * D, acc[db][2]);
     atomicAdd(o + 8 * D + 1, acc[db][3]);
   }
+}
+
+// add_accumulator, and the per-lane column sums cs[j][e] (slices s + 8 j +
+// c0 + e) to colsum when not null.
+template <int D>
+__device__ inline void add_chunk(float* out, float* colsum, int s, int lane,
+                                 const float (&acc)[D / 8][4], const float (&cs)[2][2]) {
+  const int c0 = 2 * (lane % 4);
+  add_accumulator<D>(out, s, lane, acc);
   if (colsum == nullptr) return;
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
@@ -744,6 +771,42 @@ __global__ void __launch_bounds__(kRegThreads, 2)
 // accumulators (k = points), by the y stage (MN-major): acc (slices x D).
 constexpr int kWgReduceSlices = 64;  // slices a warpgroup owns
 
+// Rows s + lane/4 and s + lane/4 + 8 of a (G, D) bf16 matrix in global
+// memory as A fragments (k = D; zero for the missing half of a half step).
+template <int D>
+__device__ inline void rows_a_frags(const bf16* m, int s, int lane, uint32_t (&a)[ksteps(D)][4]) {
+  const bf16* ra = m + (s + lane / 4) * D + 2 * (lane % 4);
+  const bf16* rb = ra + 8 * D;
+#pragma unroll
+  for (int k = 0; k < ksteps(D); ++k) {
+    const bool whole = !half_step<D>(k);
+    a[k][0] = load_u32(ra + 16 * k);
+    a[k][1] = load_u32(rb + 16 * k);
+    a[k][2] = whole ? load_u32(ra + 16 * k + 8) : 0u;
+    a[k][3] = whole ? load_u32(rb + 16 * k + 8) : 0u;
+  }
+}
+
+// Adds a warp's accumulator of rows s + lane/4, s + lane/4 + 8 (C
+// fragments, 8-wide tiles of D) to out (G x D fp32), and its per-lane row
+// sums rs[0], rs[1], summed over the row's four lanes, to sums.
+template <int D>
+__device__ inline void add_rows(float* out, float* sums, int s, int lane,
+                                const float (&acc)[D / 8][4], float (&rs)[2]) {
+  const int r0 = lane / 4;
+  add_accumulator<D>(out, s, lane, acc);
+  if (sums == nullptr) return;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    rs[r] += __shfl_xor_sync(0xffffffffu, rs[r], 1);
+    rs[r] += __shfl_xor_sync(0xffffffffu, rs[r], 2);
+  }
+  if (lane % 4 == 0) {
+    atomicAdd(sums + s + r0, rs[0]);
+    atomicAdd(sums + s + r0 + 8, rs[1]);
+  }
+}
+
 template <int D>
 __global__ void __launch_bounds__(kRegThreads, 2)
     reduce_wg_kernel(Problem p, const bf16* __restrict__ y, float* __restrict__ acc_out,
@@ -762,19 +825,7 @@ __global__ void __launch_bounds__(kRegThreads, 2)
   // Rows s + r0 and s + r0 + 8 of ws as A fragments (k = D) and of bias2.
   const float scale2 = kLog2e / p.tau[hd.h];
   uint32_t wsa[KS][4];
-  {
-    const auto* ws = static_cast<const bf16*>(p.ws);
-    const bf16* ra = ws + (s + r0) * D + c0;
-    const bf16* rb = ra + 8 * D;
-#pragma unroll
-    for (int k = 0; k < KS; ++k) {
-      const bool whole = !half_step<D>(k);
-      wsa[k][0] = load_u32(ra + 16 * k);
-      wsa[k][1] = load_u32(rb + 16 * k);
-      wsa[k][2] = whole ? load_u32(ra + 16 * k + 8) : 0u;
-      wsa[k][3] = whole ? load_u32(rb + 16 * k + 8) : 0u;
-    }
-  }
+  rows_a_frags<D>(static_cast<const bf16*>(p.ws), s, lane, wsa);
   const float ba = p.bias[s + r0] * scale2, bb = p.bias[s + r0 + 8] * scale2;
 
   float acc[D / 8][4] = {};
@@ -823,25 +874,9 @@ __global__ void __launch_bounds__(kRegThreads, 2)
     wgmma::commit_and_wait();  // before the barrier that frees this stage's buffer
     wgmma::touch(acc);
   });
-  if (!owner) return;
-  float* out = acc_out + hd.bh * int64_t(g) * D;
-#pragma unroll
-  for (int db = 0; db < D / 8; ++db) {
-    float* o = out + (s + r0) * D + 8 * db + c0;
-    atomicAdd(o, acc[db][0]);
-    atomicAdd(o + 1, acc[db][1]);
-    atomicAdd(o + 8 * D, acc[db][2]);
-    atomicAdd(o + 8 * D + 1, acc[db][3]);
-  }
-  if (colsum_out == nullptr) return;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {  // the four lanes of a row hold its columns
-    cs[r] += __shfl_xor_sync(0xffffffffu, cs[r], 1);
-    cs[r] += __shfl_xor_sync(0xffffffffu, cs[r], 2);
-  }
-  if (lane % 4 == 0) {
-    atomicAdd(colsum_out + hd.bh * g + s + r0, cs[0]);
-    atomicAdd(colsum_out + hd.bh * g + s + r0 + 8, cs[1]);
+  if (owner) {
+    add_rows<D>(acc_out + hd.bh * int64_t(g) * D,
+                colsum_out == nullptr ? nullptr : colsum_out + hd.bh * g, s, lane, acc, cs);
   }
 }
 
@@ -1057,15 +1092,7 @@ __global__ void __launch_bounds__(kBackThreads, 2)
       }
       tile.store(grad_fx, hd, lane, afx);
     }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {  // the four lanes of a row hold its columns
-      dot[r] += __shfl_xor_sync(0xffffffffu, dot[r], 1);
-      dot[r] += __shfl_xor_sync(0xffffffffu, dot[r], 2);
-    }
-    if (lane % 4 == 0) {
-      if (tile.va) dot_out[hd.bh * hd.n + tile.na] = dot[0];
-      if (tile.vb) dot_out[hd.bh * hd.n + tile.nb] = dot[1];
-    }
+    tile.store_row_sums(dot_out, hd, lane, dot);
 
     // Pass 2.
     float ax[D / 8][4] = {};
@@ -1102,6 +1129,31 @@ __global__ void __launch_bounds__(kBackThreads, 2)
 // half of a half step is zero too).
 
 constexpr int kWgPoints = 64;  // points a warpgroup takes at a time
+
+// A warp's 16 points x C slices, C fragments v[j][0..3] (8-slice tiles j),
+// as the A fragments of C / 16 k steps (k = slices), packed to bf16.
+template <int C>
+__device__ inline void pack_slices_a(const float (&v)[C / 8][4], uint32_t (&a)[C / 16][4]) {
+#pragma unroll
+  for (int h = 0; h < C / 16; ++h) {
+    a[h][0] = pack_bf16(v[2 * h][0], v[2 * h][1]);
+    a[h][1] = pack_bf16(v[2 * h][2], v[2 * h][3]);
+    a[h][2] = pack_bf16(v[2 * h + 1][0], v[2 * h + 1][1]);
+    a[h][3] = pack_bf16(v[2 * h + 1][2], v[2 * h + 1][3]);
+  }
+}
+
+// acc (16 points x D) += a (16 points x C slices) m[C slices, :D], m the
+// MN-major descriptor of the batch's first slice in a tiled matrix of DP
+// columns (issued into the open wgmma batch).
+template <int D, int C, int DP>
+__device__ inline void add_slices_product(float (&acc)[D / 8][4], const uint32_t (&a)[C / 16][4],
+                                          uint64_t m) {
+#pragma unroll
+  for (int h = 0; h < C / 16; ++h) {
+    wgmma::mma<D, 1, true>(acc, a[h], wgmma::advance(m, h * 2 * wgmma::row_stride(DP)));
+  }
+}
 
 struct WgBackPlan {
   size_t ws, os, gs, bias, gnorm, bytes;
@@ -1247,12 +1299,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
       Products r{};
       uint32_t a[C / 16][4];
       uint64_t m = 0;
-      const auto product = [&] {
-#pragma unroll
-        for (int h = 0; h < C / 16; ++h) {
-          wgmma::mma<D, 1, true>(acc, a[h], wgmma::advance(m, h * 2 * wgmma::row_stride(DP)));
-        }
-      };
+      const auto product = [&] { add_slices_product<D, C, DP>(acc, a, m); };
       const auto take = [&](int s0) {
         wgmma::wait<0>();
         wgmma::touch(r.c);
@@ -1260,13 +1307,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
         float z[J][4], w[J][4], dl[J][4], v[J][4];
         finish(r, s0, z, w, dl);
         m = wgmma::advance(use(z, w, dl, v), slice_bytes(s0));
-#pragma unroll
-        for (int h = 0; h < C / 16; ++h) {
-          a[h][0] = pack_bf16(v[2 * h][0], v[2 * h][1]);
-          a[h][1] = pack_bf16(v[2 * h][2], v[2 * h][3]);
-          a[h][2] = pack_bf16(v[2 * h + 1][0], v[2 * h + 1][1]);
-          a[h][3] = pack_bf16(v[2 * h + 1][2], v[2 * h + 1][3]);
-        }
+        pack_slices_a<C>(v, a);
       };
       issue(r, 0, [] {});
       take(0);
@@ -1297,15 +1338,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
       });
       tile.store(grad_fx, hd, lane, afx);
     }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {  // the four lanes of a row hold its columns
-      dot[r] += __shfl_xor_sync(0xffffffffu, dot[r], 1);
-      dot[r] += __shfl_xor_sync(0xffffffffu, dot[r], 2);
-    }
-    if (lane % 4 == 0) {
-      if (tile.va) dot_out[hd.bh * hd.n + tile.na] = dot[0];
-      if (tile.vb) dot_out[hd.bh * hd.n + tile.nb] = dot[1];
-    }
+    tile.store_row_sums(dot_out, hd, lane, dot);
 
     // Pass 2: dL/dz, tau's sum and grad_x = (dL/dz / tau) ws.
     float ax[D / 8][4] = {};
@@ -1420,21 +1453,7 @@ __global__ void __launch_bounds__(kWgRowWarps * 32) lse_wg_kernel(Problem p, int
       wgmma::touch(cb);
       add(cb, s0 + C);
     }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {  // the four lanes of a row hold its columns
-#pragma unroll
-      for (int o = 1; o < 4; o <<= 1) {
-        const float mo = __shfl_xor_sync(0xffffffffu, m[r], o);
-        const float so = __shfl_xor_sync(0xffffffffu, sum[r], o);
-        const float mn = fmaxf(m[r], mo);
-        sum[r] = sum[r] * exp2_approx(m[r] - mn) + so * exp2_approx(mo - mn);
-        m[r] = mn;
-      }
-    }
-    if (lane % 4 == 0) {
-      if (tile.va) p.lse[hd.bh * hd.n + tile.na] = (m[0] + __log2f(sum[0])) * kLn2;
-      if (tile.vb) p.lse[hd.bh * hd.n + tile.nb] = (m[1] + __log2f(sum[1])) * kLn2;
-    }
+    tile.store_lse(p.lse, hd, lane, m, sum);
   }
 }
 
@@ -1465,12 +1484,7 @@ __global__ void __launch_bounds__(kWgRowWarps * 32)
     uint32_t a[C / 16][4];
     uint64_t m = 0;
     // acc += w z[s0 .. s0 + C - 1] of the batch taken last.
-    const auto product = [&] {
-#pragma unroll
-      for (int h = 0; h < C / 16; ++h) {
-        wgmma::mma<D, 1, true>(acc, a[h], wgmma::advance(m, h * 2 * wgmma::row_stride(DP)));
-      }
-    };
+    const auto product = [&] { add_slices_product<D, C, DP>(acc, a, m); };
     const auto take = [&](int s0) {
       wgmma::wait<0>();
       wgmma::touch(c);
@@ -1484,13 +1498,7 @@ __global__ void __launch_bounds__(kWgRowWarps * 32)
         w[j][2] = tile.vb ? exp2_approx(fmaf(c[j][2], scale2, b0) - lb2) : 0.0f;
         w[j][3] = tile.vb ? exp2_approx(fmaf(c[j][3], scale2, b1) - lb2) : 0.0f;
       }
-#pragma unroll
-      for (int h = 0; h < C / 16; ++h) {
-        a[h][0] = pack_bf16(w[2 * h][0], w[2 * h][1]);
-        a[h][1] = pack_bf16(w[2 * h][2], w[2 * h][3]);
-        a[h][2] = pack_bf16(w[2 * h + 1][0], w[2 * h + 1][1]);
-        a[h][3] = pack_bf16(w[2 * h + 1][2], w[2 * h + 1][3]);
-      }
+      pack_slices_a<C>(w, a);
       m = wgmma::advance(z_mn, uint32_t(s0 / 8) * wgmma::row_stride(DP));
     };
     issue_logits<D, C>(c, tile, ws_k, 0, [] {});
@@ -1625,24 +1633,12 @@ __global__ void __launch_bounds__(kRegThreads, 2)
   const bool owner = (group + 1) * kWgReduceSlices <= g;  // uniform over the warpgroup
   const int s = owner ? group * kWgReduceSlices + 16 * (warp % 4) : 0;  // this warp's rows
 
-  // Rows s + r0 and s + r0 + 8 of a (G, D) matrix as A fragments (k = D).
-  const auto rows_a = [&](const bf16* m, uint32_t(&a)[KS][4]) {
-    const bf16* ra = m + (s + r0) * D + c0;
-    const bf16* rb = ra + 8 * D;
-#pragma unroll
-    for (int k = 0; k < KS; ++k) {
-      const bool whole = !half_step<D>(k);
-      a[k][0] = load_u32(ra + 16 * k);
-      a[k][1] = load_u32(rb + 16 * k);
-      a[k][2] = whole ? load_u32(ra + 16 * k + 8) : 0u;
-      a[k][3] = whole ? load_u32(rb + 16 * k + 8) : 0u;
-    }
-  };
+  // This warp's rows of ws, os and gs as A fragments (k = D).
   const int64_t mat = hd.bh * int64_t(g) * D;
   uint32_t wsa[KS][4], osa[KS][4], gsa[KS][4];
-  rows_a(static_cast<const bf16*>(p.ws), wsa);
-  if constexpr (kDeslice) rows_a(os_in + mat, osa);
-  rows_a(gs_in + mat, gsa);
+  rows_a_frags<D>(static_cast<const bf16*>(p.ws), s, lane, wsa);
+  if constexpr (kDeslice) rows_a_frags<D>(os_in + mat, s, lane, osa);
+  rows_a_frags<D>(gs_in + mat, s, lane, gsa);
   const float scale2 = kLog2e / p.tau[hd.h], inv_tau = 1.0f / p.tau[hd.h];
   const float ba = p.bias[s + r0] * scale2, bb = p.bias[s + r0 + 8] * scale2;
   const float na = gnorm_in[hd.bh * g + s + r0], nb = gnorm_in[hd.bh * g + s + r0 + 8];
@@ -1725,24 +1721,7 @@ __global__ void __launch_bounds__(kRegThreads, 2)
     wgmma::commit_and_wait();  // before the barrier that frees this stage's buffer
     wgmma::touch(acc);
   });
-  if (!owner) return;
-#pragma unroll
-  for (int db = 0; db < D / 8; ++db) {
-    float* o = grad_ws + (s + r0) * D + 8 * db + c0;
-    atomicAdd(o, acc[db][0]);
-    atomicAdd(o + 1, acc[db][1]);
-    atomicAdd(o + 8 * D, acc[db][2]);
-    atomicAdd(o + 8 * D + 1, acc[db][3]);
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {  // the four lanes of a row hold its columns
-    cs[r] += __shfl_xor_sync(0xffffffffu, cs[r], 1);
-    cs[r] += __shfl_xor_sync(0xffffffffu, cs[r], 2);
-  }
-  if (lane % 4 == 0) {
-    atomicAdd(grad_bias + s + r0, cs[0]);
-    atomicAdd(grad_bias + s + r0 + 8, cs[1]);
-  }
+  if (owner) add_rows<D>(grad_ws, grad_bias, s, lane, acc, cs);
 }
 
 void check_launch(const char* what) { kernels::check_launch("slice kernels", what); }
