@@ -18,11 +18,13 @@
 // tau_acc) are added to with atomics: the caller zeroes them. Every launch
 // is asynchronous on `stream`; nothing here synchronizes.
 //
-// On Hopper (sm_90a) the row kernels (lse, expand, the backward's first)
-// form their products with wgmma, a warpgroup on 64 points at a time
-// (wgmma.cuh); elsewhere, or with SLIPSTREAM_SLICE_KERNELS=mma in the
-// environment (for measurements), with mma.sync, a warp on 16. Both give
-// the same sums up to fp32 rounding order.
+// On Hopper (sm_90a) the kernels form their products with wgmma where that
+// measured faster (wgmma.cuh): lse, expand and the backward's first kernel
+// (a warpgroup on 64 points), the reduce above dim_head 32 and the weight
+// gradient at 32 and below (a warpgroup on 64 slices); elsewhere, or with
+// SLIPSTREAM_SLICE_KERNELS=mma in the environment (for measurements), with
+// mma.sync, a warp on 16 points or slices. Both give the same sums up to
+// fp32 rounding order.
 #pragma once
 
 #include <cstdint>
