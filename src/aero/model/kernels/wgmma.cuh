@@ -121,7 +121,8 @@ struct Wgmma;
 template <>
 struct Wgmma<16> {
   template <int kTransB>
-  __device__ static void add(float (&c)[2][4], const uint32_t (&a)[4], uint64_t desc) {
+  __device__ static void run(float (&c)[2][4], const uint32_t (&a)[4], uint64_t desc,
+                             int accumulate) {
     SLIPSTREAM_WGMMA_ASM(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
@@ -129,25 +130,15 @@ struct Wgmma<16> {
         "{%8, %9, %10, %11}, %12, p, 1, 1, %14;\n}\n"
         : "+f"(c[0][0]), "+f"(c[0][1]), "+f"(c[0][2]), "+f"(c[0][3]), "+f"(c[1][0]), "+f"(c[1][1]),
           "+f"(c[1][2]), "+f"(c[1][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1), "n"(kTransB));
-  }
-  template <int kTransB>
-  __device__ static void set(float (&c)[2][4], const uint32_t (&a)[4], uint64_t desc) {
-    SLIPSTREAM_WGMMA_ASM(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7}, "
-        "{%8, %9, %10, %11}, %12, p, 1, 1, %14;\n}\n"
-        : "+f"(c[0][0]), "+f"(c[0][1]), "+f"(c[0][2]), "+f"(c[0][3]), "+f"(c[1][0]), "+f"(c[1][1]),
-          "+f"(c[1][2]), "+f"(c[1][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(0), "n"(kTransB));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate), "n"(kTransB));
   }
 };
 
 template <>
 struct Wgmma<32> {
   template <int kTransB>
-  __device__ static void add(float (&c)[4][4], const uint32_t (&a)[4], uint64_t desc) {
+  __device__ static void run(float (&c)[4][4], const uint32_t (&a)[4], uint64_t desc,
+                             int accumulate) {
     SLIPSTREAM_WGMMA_ASM(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
@@ -157,27 +148,15 @@ struct Wgmma<32> {
         : "+f"(c[0][0]), "+f"(c[0][1]), "+f"(c[0][2]), "+f"(c[0][3]), "+f"(c[1][0]), "+f"(c[1][1]),
           "+f"(c[1][2]), "+f"(c[1][3]), "+f"(c[2][0]), "+f"(c[2][1]), "+f"(c[2][2]), "+f"(c[2][3]),
           "+f"(c[3][0]), "+f"(c[3][1]), "+f"(c[3][2]), "+f"(c[3][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1), "n"(kTransB));
-  }
-  template <int kTransB>
-  __device__ static void set(float (&c)[4][4], const uint32_t (&a)[4], uint64_t desc) {
-    SLIPSTREAM_WGMMA_ASM(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, "
-        "%8, %9, %10, %11, %12, %13, %14, %15}, "
-        "{%16, %17, %18, %19}, %20, p, 1, 1, %22;\n}\n"
-        : "+f"(c[0][0]), "+f"(c[0][1]), "+f"(c[0][2]), "+f"(c[0][3]), "+f"(c[1][0]), "+f"(c[1][1]),
-          "+f"(c[1][2]), "+f"(c[1][3]), "+f"(c[2][0]), "+f"(c[2][1]), "+f"(c[2][2]), "+f"(c[2][3]),
-          "+f"(c[3][0]), "+f"(c[3][1]), "+f"(c[3][2]), "+f"(c[3][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(0), "n"(kTransB));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate), "n"(kTransB));
   }
 };
 
 template <>
 struct Wgmma<56> {
   template <int kTransB>
-  __device__ static void add(float (&c)[7][4], const uint32_t (&a)[4], uint64_t desc) {
+  __device__ static void run(float (&c)[7][4], const uint32_t (&a)[4], uint64_t desc,
+                             int accumulate) {
     SLIPSTREAM_WGMMA_ASM(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %33, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n56k16.f32.bf16.bf16 "
@@ -191,31 +170,15 @@ struct Wgmma<56> {
           "+f"(c[3][0]), "+f"(c[3][1]), "+f"(c[3][2]), "+f"(c[3][3]), "+f"(c[4][0]), "+f"(c[4][1]),
           "+f"(c[4][2]), "+f"(c[4][3]), "+f"(c[5][0]), "+f"(c[5][1]), "+f"(c[5][2]), "+f"(c[5][3]),
           "+f"(c[6][0]), "+f"(c[6][1]), "+f"(c[6][2]), "+f"(c[6][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1), "n"(kTransB));
-  }
-  template <int kTransB>
-  __device__ static void set(float (&c)[7][4], const uint32_t (&a)[4], uint64_t desc) {
-    SLIPSTREAM_WGMMA_ASM(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %33, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n56k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, "
-        "%8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, "
-        "%24, %25, %26, %27}, "
-        "{%28, %29, %30, %31}, %32, p, 1, 1, %34;\n}\n"
-        : "+f"(c[0][0]), "+f"(c[0][1]), "+f"(c[0][2]), "+f"(c[0][3]), "+f"(c[1][0]), "+f"(c[1][1]),
-          "+f"(c[1][2]), "+f"(c[1][3]), "+f"(c[2][0]), "+f"(c[2][1]), "+f"(c[2][2]), "+f"(c[2][3]),
-          "+f"(c[3][0]), "+f"(c[3][1]), "+f"(c[3][2]), "+f"(c[3][3]), "+f"(c[4][0]), "+f"(c[4][1]),
-          "+f"(c[4][2]), "+f"(c[4][3]), "+f"(c[5][0]), "+f"(c[5][1]), "+f"(c[5][2]), "+f"(c[5][3]),
-          "+f"(c[6][0]), "+f"(c[6][1]), "+f"(c[6][2]), "+f"(c[6][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(0), "n"(kTransB));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate), "n"(kTransB));
   }
 };
 
 template <>
 struct Wgmma<64> {
   template <int kTransB>
-  __device__ static void add(float (&c)[8][4], const uint32_t (&a)[4], uint64_t desc) {
+  __device__ static void run(float (&c)[8][4], const uint32_t (&a)[4], uint64_t desc,
+                             int accumulate) {
     SLIPSTREAM_WGMMA_ASM(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
@@ -230,32 +193,15 @@ struct Wgmma<64> {
           "+f"(c[4][2]), "+f"(c[4][3]), "+f"(c[5][0]), "+f"(c[5][1]), "+f"(c[5][2]), "+f"(c[5][3]),
           "+f"(c[6][0]), "+f"(c[6][1]), "+f"(c[6][2]), "+f"(c[6][3]), "+f"(c[7][0]), "+f"(c[7][1]),
           "+f"(c[7][2]), "+f"(c[7][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1), "n"(kTransB));
-  }
-  template <int kTransB>
-  __device__ static void set(float (&c)[8][4], const uint32_t (&a)[4], uint64_t desc) {
-    SLIPSTREAM_WGMMA_ASM(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, "
-        "%8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, "
-        "%24, %25, %26, %27, %28, %29, %30, %31}, "
-        "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
-        : "+f"(c[0][0]), "+f"(c[0][1]), "+f"(c[0][2]), "+f"(c[0][3]), "+f"(c[1][0]), "+f"(c[1][1]),
-          "+f"(c[1][2]), "+f"(c[1][3]), "+f"(c[2][0]), "+f"(c[2][1]), "+f"(c[2][2]), "+f"(c[2][3]),
-          "+f"(c[3][0]), "+f"(c[3][1]), "+f"(c[3][2]), "+f"(c[3][3]), "+f"(c[4][0]), "+f"(c[4][1]),
-          "+f"(c[4][2]), "+f"(c[4][3]), "+f"(c[5][0]), "+f"(c[5][1]), "+f"(c[5][2]), "+f"(c[5][3]),
-          "+f"(c[6][0]), "+f"(c[6][1]), "+f"(c[6][2]), "+f"(c[6][3]), "+f"(c[7][0]), "+f"(c[7][1]),
-          "+f"(c[7][2]), "+f"(c[7][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(0), "n"(kTransB));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate), "n"(kTransB));
   }
 };
 
 template <>
 struct Wgmma<128> {
   template <int kTransB>
-  __device__ static void add(float (&c)[16][4], const uint32_t (&a)[4], uint64_t desc) {
+  __device__ static void run(float (&c)[16][4], const uint32_t (&a)[4], uint64_t desc,
+                             int accumulate) {
     SLIPSTREAM_WGMMA_ASM(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
@@ -280,51 +226,19 @@ struct Wgmma<128> {
           "+f"(c[12][3]), "+f"(c[13][0]), "+f"(c[13][1]), "+f"(c[13][2]), "+f"(c[13][3]),
           "+f"(c[14][0]), "+f"(c[14][1]), "+f"(c[14][2]), "+f"(c[14][3]), "+f"(c[15][0]),
           "+f"(c[15][1]), "+f"(c[15][2]), "+f"(c[15][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1), "n"(kTransB));
-  }
-  template <int kTransB>
-  __device__ static void set(float (&c)[16][4], const uint32_t (&a)[4], uint64_t desc) {
-    SLIPSTREAM_WGMMA_ASM(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, "
-        "%8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, "
-        "%24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, "
-        "%40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, "
-        "%56, %57, %58, %59, %60, %61, %62, %63}, "
-        "{%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
-        : "+f"(c[0][0]), "+f"(c[0][1]), "+f"(c[0][2]), "+f"(c[0][3]), "+f"(c[1][0]), "+f"(c[1][1]),
-          "+f"(c[1][2]), "+f"(c[1][3]), "+f"(c[2][0]), "+f"(c[2][1]), "+f"(c[2][2]), "+f"(c[2][3]),
-          "+f"(c[3][0]), "+f"(c[3][1]), "+f"(c[3][2]), "+f"(c[3][3]), "+f"(c[4][0]), "+f"(c[4][1]),
-          "+f"(c[4][2]), "+f"(c[4][3]), "+f"(c[5][0]), "+f"(c[5][1]), "+f"(c[5][2]), "+f"(c[5][3]),
-          "+f"(c[6][0]), "+f"(c[6][1]), "+f"(c[6][2]), "+f"(c[6][3]), "+f"(c[7][0]), "+f"(c[7][1]),
-          "+f"(c[7][2]), "+f"(c[7][3]), "+f"(c[8][0]), "+f"(c[8][1]), "+f"(c[8][2]), "+f"(c[8][3]),
-          "+f"(c[9][0]), "+f"(c[9][1]), "+f"(c[9][2]), "+f"(c[9][3]), "+f"(c[10][0]),
-          "+f"(c[10][1]), "+f"(c[10][2]), "+f"(c[10][3]), "+f"(c[11][0]), "+f"(c[11][1]),
-          "+f"(c[11][2]), "+f"(c[11][3]), "+f"(c[12][0]), "+f"(c[12][1]), "+f"(c[12][2]),
-          "+f"(c[12][3]), "+f"(c[13][0]), "+f"(c[13][1]), "+f"(c[13][2]), "+f"(c[13][3]),
-          "+f"(c[14][0]), "+f"(c[14][1]), "+f"(c[14][2]), "+f"(c[14][3]), "+f"(c[15][0]),
-          "+f"(c[15][1]), "+f"(c[15][2]), "+f"(c[15][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(0), "n"(kTransB));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate), "n"(kTransB));
   }
 };
 
 // c += a B (kAccumulate) or c = a B over one k step of 16, c the warp's 16
 // rows x N. kTransB: B is MN-major. Both forms name c as read and written
-// (the second ignores its values): accumulators that are always "+f" stay
-// in the same registers across loops, while a write-only first step made
-// the compiler copy them between iterations, with products still in flight
-// (ptxas then serializes every wgmma, C7514).
+// (the second ignores its values, scale-d 0): accumulators that are always
+// "+f" stay in the same registers across loops, while a write-only first
+// step made the compiler copy them between iterations, with products still
+// in flight (ptxas then serializes every wgmma, C7514).
 template <int N, int kTransB, bool kAccumulate>
 __device__ inline void mma(float (&c)[N / 8][4], const uint32_t (&a)[4], uint64_t desc) {
-  if constexpr (kAccumulate) {
-    Wgmma<N>::template add<kTransB>(c, a, desc);
-  } else {
-    Wgmma<N>::template set<kTransB>(c, a, desc);
-  }
+  Wgmma<N>::template run<kTransB>(c, a, desc, kAccumulate ? 1 : 0);
 }
 
 }  // namespace slipstream::aero::wgmma
