@@ -118,13 +118,17 @@ at::Tensor gelu_of(const at::Tensor& h) {
 // The weight gradient g^T in, (out, in), in w_dtype. For out > in it is made
 // as (in^T g)^T: cuBLAS ran the MLP's (1792 x 200k) (200k x 448) at 428
 // TFLOP/s on an H200 and the (448 x 200k) (200k x 1792) of the same layouts
-// at 726. The transpose and the cast to w_dtype are then one copy.
+// at 726. The transpose and the cast to w_dtype are then one copy. On
+// cuBLASLt (lt_matmul::mm) an fp32 w_dtype is the GEMM's own output type.
 at::Tensor weight_grad(const at::Tensor& g, const at::Tensor& in, at::ScalarType w_dtype) {
+  const auto lt_dtype = w_dtype == at::kFloat ? at::kFloat : g.scalar_type();
+  at::Tensor r;
   if (g.size(1) > in.size(1)) {
-    return in.t().mm(g).t().to(w_dtype, /*non_blocking=*/false, /*copy=*/false,
-                               at::MemoryFormat::Contiguous);
+    if (!lt_matmul::mm(in.t(), g, {}, {}, r, lt_dtype)) r = in.t().mm(g);
+    return r.t().to(w_dtype, /*non_blocking=*/false, /*copy=*/false, at::MemoryFormat::Contiguous);
   }
-  return g.t().mm(in).to(w_dtype);
+  if (!lt_matmul::mm(g.t(), in, {}, {}, r, lt_dtype)) r = g.t().mm(in);
+  return r.to(w_dtype);
 }
 
 // The input gradient g w, (rows, in), added to acc when it is defined. For
@@ -134,6 +138,8 @@ at::Tensor weight_grad(const at::Tensor& g, const at::Tensor& in, at::ScalarType
 // against 671; the (448 x 1792) at 544 against 552, so it keeps w.
 at::Tensor input_grad(const at::Tensor& g, const at::Tensor& w, const at::Tensor& acc = {}) {
   const auto b = w.size(0) >= w.size(1) ? w.t().contiguous().t() : w;
+  at::Tensor out = acc;  // accumulated in place on cuBLASLt
+  if (lt_matmul::mm(g, b, {}, acc, out, g.scalar_type())) return out;
   if (acc.defined()) return acc.addmm_(g, b);
   return g.mm(b);
 }
@@ -142,15 +148,22 @@ at::ScalarType saved_dtype(AutogradContext* ctx, const char* key) {
   return static_cast<at::ScalarType>(ctx->saved_data[key].toInt());
 }
 
-// at::linear(x, w, b), plus r when `residual`: on CUDA for bf16 as one GEMM
-// with r added in its epilogue (lt_matmul::linear_residual), else the two
-// ops.
+// at::linear(x, w, b), plus r when `residual`: on CUDA for bf16 on
+// cuBLASLt (lt_matmul), r added in the GEMM's epilogue, else ATen's ops.
 at::Tensor linear_plus(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
                        const at::Tensor& r, bool residual) {
-  if (!residual) return at::linear(x, w, b);
   at::Tensor y;
-  if (lt_matmul::linear_residual(x, w, b, r, y)) return y;
-  return at::linear(x, w, b) + r;
+  if (residual) {
+    if (lt_matmul::linear_residual(x, w, b, r, y)) return y;
+    return at::linear(x, w, b) + r;
+  }
+  if (x.dim() >= 1 && x.numel() > 0 && x.is_contiguous() && w.dim() == 2 &&
+      lt_matmul::mm(x.view({-1, x.size(-1)}), w.t(), b, {}, y, x.scalar_type())) {
+    auto sizes = x.sizes().vec();
+    sizes.back() = w.size(0);
+    return y.view(sizes);
+  }
+  return at::linear(x, w, b);
 }
 
 // linear(x) or, with `gelu`, linear(gelu(x)); either way x is what is kept
@@ -201,7 +214,7 @@ class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
                             const at::Tensor& b1_in, const at::Tensor& w2_in,
                             const at::Tensor& b2_in, const at::Tensor& r, bool residual) {
     const auto x = autocast_input(x_in), w1 = autocast_input(w1_in), w2 = autocast_input(w2_in);
-    const auto h = at::linear(x, w1, autocast_input(b1_in));
+    const auto h = linear_plus(x, w1, autocast_input(b1_in), x, false);
     ctx->save_for_backward({x, h, w1, w2});
     ctx->saved_data["w1_dtype"] = static_cast<int64_t>(w1_in.scalar_type());
     ctx->saved_data["b1_dtype"] = static_cast<int64_t>(b1_in.scalar_type());
@@ -250,7 +263,8 @@ class LinearPairFunction : public torch::autograd::Function<LinearPairFunction> 
     ctx->saved_data["b1_dtype"] = static_cast<int64_t>(b1_in.scalar_type());
     ctx->saved_data["w2_dtype"] = static_cast<int64_t>(w2_in.scalar_type());
     ctx->saved_data["b2_dtype"] = static_cast<int64_t>(b2_in.scalar_type());
-    return {at::linear(x, w1, autocast_input(b1_in)), at::linear(x, w2, autocast_input(b2_in))};
+    return {linear_plus(x, w1, autocast_input(b1_in), x, false),
+            linear_plus(x, w2, autocast_input(b2_in), x, false)};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {

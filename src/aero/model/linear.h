@@ -1,9 +1,11 @@
 // y = x W^T + b as one autograd function, for the model's Linear layers.
-// Forward: at::linear (the bias folded into the GEMM), under CUDA autocast
-// on x, W and b cast to the autocast dtype as autocast would. Backward: two
-// GEMMs for x and W, and the bias gradient summed in fp32: on CUDA for a
-// bf16 gradient in the weight gradient's GEMM where lt_matmul.h applies,
-// else by column_sum_kernels (two deterministic passes), elsewhere
+// Forward: one GEMM with the bias folded in, under CUDA autocast on x, W and
+// b cast to the autocast dtype as autocast would. Backward: two GEMMs for x
+// and W. On CUDA for bf16 every GEMM runs where lt_matmul::mm takes it, on
+// cuBLASLt with its algorithm timed once per problem, else on ATen's. The
+// bias gradient is summed in fp32: on CUDA for a bf16 gradient by
+// column_sum_kernels (two deterministic passes) or taken from whoever
+// offered the sums (offer_column_sums below), elsewhere
 // over a wide view of the output gradient: (M, C) is summed as (M / f, f C)
 // and then over the f groups. ATen's own sum over M of an (M, C) bf16
 // gradient with C 256 ran at a fifth of the H200's bandwidth (7.7 ms of a

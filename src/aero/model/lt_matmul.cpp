@@ -8,12 +8,19 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cublasLt.h>
+#include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <tuple>
+#include <vector>
 #endif
 
 namespace slipstream::aero::lt_matmul {
@@ -49,7 +56,7 @@ struct Problem {
   auto key(int device) const {
     return std::make_tuple(device, int(ta), int(tb), m, n, k, lda, ldb, ldd, int(ab_type),
                            int(d_type), int(epilogue), alignment(a), alignment(b), alignment(c),
-                           alignment(d), beta != 0.f);
+                           alignment(d), beta != 0.f, int(mode()));
   }
 };
 
@@ -65,19 +72,18 @@ using Desc = Handle<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy>;
 using Layout = Handle<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy>;
 using Pref = Handle<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy>;
 
-// The algorithm cuBLASLt's heuristic picks for a problem, found once per
-// shape, layout, alignment and device; nullopt where it has none.
-std::optional<cublasLtMatmulAlgo_t> cached_algo(const Problem& p, cublasLtHandle_t handle,
-                                                cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a,
-                                                cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
-                                                cublasLtMatrixLayout_t d, size_t workspace,
-                                                int device) {
-  using Key = decltype(p.key(0));
-  static std::mutex mutex;
-  static std::map<Key, std::optional<cublasLtMatmulAlgo_t>> cache;
-  const auto key = p.key(device);
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (const auto it = cache.find(key); it != cache.end()) return it->second;
+struct Layouts {
+  Layout a, b, c, d;
+};
+
+// How many of the heuristic's algorithms Mode::tuned times.
+constexpr int kTuneCandidates = 16;
+
+// Up to `count` of cuBLASLt's heuristic algorithms for a problem, best
+// guess first; empty where it has none.
+std::vector<cublasLtMatmulAlgo_t> heuristic_algos(const Problem& p, cublasLtHandle_t handle,
+                                                  cublasLtMatmulDesc_t op, const Layouts& l,
+                                                  size_t workspace, int count) {
   Pref pref;
   check(cublasLtMatmulPreferenceCreate(&pref.h), "cublasLtMatmulPreferenceCreate");
   check(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -93,17 +99,135 @@ std::optional<cublasLtMatmulAlgo_t> cached_algo(const Problem& p, cublasLtHandle
     check(cublasLtMatmulPreferenceSetAttribute(pref.h, attr, &al, sizeof(al)),
           "setting an alignment");
   }
-  cublasLtMatmulHeuristicResult_t result{};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(count);
   int found = 0;
-  const auto s = cublasLtMatmulAlgoGetHeuristic(handle, op, a, b, c, d, pref.h, 1, &result, &found);
+  const auto s = cublasLtMatmulAlgoGetHeuristic(handle, op, l.a.h, l.b.h, l.c.h, l.d.h, pref.h,
+                                                count, results.data(), &found);
+  std::vector<cublasLtMatmulAlgo_t> algos;
+  if (s != CUBLAS_STATUS_SUCCESS) return algos;
+  for (int i = 0; i < found; ++i) {
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) algos.push_back(results[i].algo);
+  }
+  return algos;
+}
+
+struct Event {
+  cudaEvent_t e = nullptr;
+  Event() { TORCH_CHECK(cudaEventCreate(&e) == cudaSuccess, "lt_matmul: cudaEventCreate failed"); }
+  ~Event() { cudaEventDestroy(e); }
+};
+
+// The fastest of `algos` for p on `stream`, each run kTuneWarmup + kTuneReps
+// times into `scratch` (p's output shape and type) rather than p.d, so that
+// an accumulating problem's C is read unchanged; the device is synchronised
+// once per candidate. -1 where none ran.
+int fastest(const Problem& p, cublasLtHandle_t handle, cublasLtMatmulDesc_t op, const Layouts& l,
+            const std::vector<cublasLtMatmulAlgo_t>& algos, void* scratch, void* workspace,
+            size_t workspace_size, cudaStream_t stream, std::vector<float>& times) {
+  constexpr int kTuneWarmup = 1, kTuneReps = 4;
+  const float alpha = 1.f;
+  const Event start, stop;
+  int best = -1;
+  times.assign(algos.size(), -1.f);
+  for (size_t i = 0; i < algos.size(); ++i) {
+    bool ok = true;
+    for (int r = 0; r < kTuneWarmup + kTuneReps && ok; ++r) {
+      if (r == kTuneWarmup) cudaEventRecord(start.e, stream);
+      ok = cublasLtMatmul(handle, op, &alpha, p.a, l.a.h, p.b, l.b.h, &p.beta, p.c, l.c.h, scratch,
+                          l.d.h, &algos[i], workspace, workspace_size,
+                          stream) == CUBLAS_STATUS_SUCCESS;
+    }
+    cudaEventRecord(stop.e, stream);
+    TORCH_CHECK(cudaEventSynchronize(stop.e) == cudaSuccess, "lt_matmul: timing a GEMM failed");
+    float ms = 0.f;
+    if (!ok || cudaEventElapsedTime(&ms, start.e, stop.e) != cudaSuccess) continue;
+    times[i] = ms / kTuneReps;
+    if (best < 0 || times[i] < times[best]) best = static_cast<int>(i);
+  }
+  return best;
+}
+
+bool report_tuning() {
+  static const bool on = [] {
+    const char* e = std::getenv("SLIPSTREAM_GEMM_REPORT");
+    return e != nullptr && std::strcmp(e, "0") != 0;
+  }();
+  return on;
+}
+
+// ATen's GEMM of a problem, written into its argument (the problem's output
+// shape and type).
+using AtenGemm = std::function<void(at::Tensor&)>;
+
+// The mean time of `reps` runs of f on `stream` after one more, in ms.
+float time_ms(const std::function<void()>& f, cudaStream_t stream, int reps) {
+  const Event start, stop;
+  f();
+  cudaEventRecord(start.e, stream);
+  for (int r = 0; r < reps; ++r) f();
+  cudaEventRecord(stop.e, stream);
+  TORCH_CHECK(cudaEventSynchronize(stop.e) == cudaSuccess, "lt_matmul: timing a GEMM failed");
+  float ms = 0.f;
+  TORCH_CHECK(cudaEventElapsedTime(&ms, start.e, stop.e) == cudaSuccess,
+              "lt_matmul: timing a GEMM failed");
+  return ms / reps;
+}
+
+// Each problem's algorithm, found once per shape, layout, alignment and
+// device; nullopt: cuBLASLt has none or, when `aten` (ATen's GEMM of the
+// same product) is given, ATen's was the fastest, and the caller runs that.
+// Picks made inside a CUDA graph capture, where nothing can be timed, are
+// cuBLASLt's first and are not kept, so that the first use outside a
+// capture tunes.
+std::optional<cublasLtMatmulAlgo_t> pick_algo(const Problem& p, cublasLtHandle_t handle,
+                                              cublasLtMatmulDesc_t op, const Layouts& l,
+                                              void* workspace, size_t workspace_size,
+                                              cudaStream_t stream, int device,
+                                              const at::Tensor& out, const AtenGemm* aten) {
+  using Key = decltype(p.key(0));
+  static std::mutex mutex;
+  static std::map<Key, std::optional<cublasLtMatmulAlgo_t>> cache;
+  const auto key = p.key(device);
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  const bool tune = mode() == Mode::tuned;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  TORCH_CHECK(cudaStreamIsCapturing(stream, &capture) == cudaSuccess,
+              "lt_matmul: cudaStreamIsCapturing failed");
+  const bool capturing = capture != cudaStreamCaptureStatusNone;
+  const auto algos =
+      heuristic_algos(p, handle, op, l, workspace_size, tune && !capturing ? kTuneCandidates : 1);
   std::optional<cublasLtMatmulAlgo_t> algo;
-  if (s == CUBLAS_STATUS_SUCCESS && found > 0) algo = result.algo;
+  if (!algos.empty()) algo = algos.front();
+  if (capturing) return algo;
+  if (tune && (algos.size() > 1 || (aten != nullptr && !algos.empty()))) {
+    // The candidates write the output itself, which the chosen one then
+    // overwrites, unless the product accumulates into it in place.
+    auto into = p.beta != 0.f && p.c == p.d ? at::empty_like(out) : out;
+    std::vector<float> times;
+    const int best =
+        fastest(p, handle, op, l, algos, into.data_ptr(), workspace, workspace_size, stream, times);
+    if (best >= 0) algo = algos[best];
+    const float aten_ms = aten != nullptr ? time_ms([&] { (*aten)(into); }, stream, 4) : -1.f;
+    if (aten != nullptr && (best < 0 || aten_ms < times[best])) algo.reset();
+    if (report_tuning()) {
+      std::printf("lt_matmul: m %lld n %lld k %lld op %c%c d %s%s: cuBLASLt's pick %.3f ms",
+                  static_cast<long long>(p.m), static_cast<long long>(p.n),
+                  static_cast<long long>(p.k), p.ta == CUBLAS_OP_T ? 'T' : 'N',
+                  p.tb == CUBLAS_OP_T ? 'T' : 'N', p.d_type == CUDA_R_32F ? "fp32" : "bf16",
+                  p.beta != 0.f ? " +C" : "", times[0]);
+      std::printf(", fastest of %zu: #%d %.3f ms; ATen %.3f ms: %s\n", algos.size(), best,
+                  best >= 0 ? times[best] : -1.f, aten_ms, algo ? "cuBLASLt" : "ATen");
+    }
+  }
   cache.emplace(key, algo);
   return algo;
 }
 
-// Runs p on the current stream; false where cuBLASLt has no algorithm.
-bool run(const Problem& p, int device) {
+// Runs p, whose output is `out`, on the current stream; false where
+// cuBLASLt has no algorithm or ATen's GEMM (`aten`, when given) was timed
+// faster.
+bool run(const Problem& p, int device, const at::Tensor& out, const AtenGemm* aten = nullptr) {
   Desc op;
   check(cublasLtMatmulDescCreate(&op.h, CUBLAS_COMPUTE_32F, CUDA_R_32F),
         "cublasLtMatmulDescCreate");
@@ -114,26 +238,30 @@ bool run(const Problem& p, int device) {
   check(cublasLtMatmulDescSetAttribute(op.h, CUBLASLT_MATMUL_DESC_EPILOGUE, &p.epilogue,
                                        sizeof(p.epilogue)),
         "setting the epilogue");
-  check(cublasLtMatmulDescSetAttribute(op.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.vec,
-                                       sizeof(p.vec)),
-        "setting the epilogue's vector");
+  if (p.vec != nullptr) {
+    check(cublasLtMatmulDescSetAttribute(op.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.vec,
+                                         sizeof(p.vec)),
+          "setting the epilogue's vector");
+  }
   // Stored shapes: op(A) is (m, k), op(B) (k, n).
   const bool ta = p.ta == CUBLAS_OP_T, tb = p.tb == CUBLAS_OP_T;
-  Layout a, b, c, d;
-  check(cublasLtMatrixLayoutCreate(&a.h, p.ab_type, ta ? p.k : p.m, ta ? p.m : p.k, p.lda),
+  Layouts l;
+  check(cublasLtMatrixLayoutCreate(&l.a.h, p.ab_type, ta ? p.k : p.m, ta ? p.m : p.k, p.lda),
         "the layout of A");
-  check(cublasLtMatrixLayoutCreate(&b.h, p.ab_type, tb ? p.n : p.k, tb ? p.k : p.n, p.ldb),
+  check(cublasLtMatrixLayoutCreate(&l.b.h, p.ab_type, tb ? p.n : p.k, tb ? p.k : p.n, p.ldb),
         "the layout of B");
-  check(cublasLtMatrixLayoutCreate(&c.h, p.d_type, p.m, p.n, p.ldd), "the layout of C");
-  check(cublasLtMatrixLayoutCreate(&d.h, p.d_type, p.m, p.n, p.ldd), "the layout of D");
+  check(cublasLtMatrixLayoutCreate(&l.c.h, p.d_type, p.m, p.n, p.ldd), "the layout of C");
+  check(cublasLtMatrixLayoutCreate(&l.d.h, p.d_type, p.m, p.n, p.ldd), "the layout of D");
   const auto handle = at::cuda::getCurrentCUDABlasLtHandle();
   const size_t workspace_size = at::cuda::getCUDABlasLtWorkspaceSize();
-  const auto algo = cached_algo(p, handle, op.h, a.h, b.h, c.h, d.h, workspace_size, device);
+  void* workspace = at::cuda::getCUDABlasLtWorkspace();
+  const auto stream = at::cuda::getCurrentCUDAStream(device).stream();
+  const auto algo =
+      pick_algo(p, handle, op.h, l, workspace, workspace_size, stream, device, out, aten);
   if (!algo) return false;
   const float alpha = 1.f;
-  check(cublasLtMatmul(handle, op.h, &alpha, p.a, a.h, p.b, b.h, &p.beta, p.c, c.h, p.d, d.h,
-                       &*algo, at::cuda::getCUDABlasLtWorkspace(), workspace_size,
-                       at::cuda::getCurrentCUDAStream(device).stream()),
+  check(cublasLtMatmul(handle, op.h, &alpha, p.a, l.a.h, p.b, l.b.h, &p.beta, p.c, l.c.h, p.d,
+                       l.d.h, &*algo, workspace, workspace_size, stream),
         "cublasLtMatmul");
   return true;
 }
@@ -143,7 +271,114 @@ bool bf16_cuda(const at::Tensor& t) {
          reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
 }
 
+// A row-major (r, c) operand t as cuBLASLt reads it, column-major: with
+// unit stride along c its memory is t^T (op N, ld its row stride); with unit
+// stride along r it is t (op T, ld its column stride). ok: bf16 on CUDA, one
+// unit stride, ld a multiple of 8 and the data 16-byte aligned.
+struct Operand {
+  cublasOperation_t op = CUBLAS_OP_N;
+  int64_t ld = 0;
+  bool ok = false;
+};
+
+Operand operand(const at::Tensor& t) {
+  Operand o;
+  if (!t.defined() || !t.is_cuda() || t.scalar_type() != at::kBFloat16 || t.dim() != 2 ||
+      reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) {
+    return o;
+  }
+  if (t.stride(1) == 1 && t.stride(0) >= t.size(1)) {
+    o.op = CUBLAS_OP_N, o.ld = t.stride(0);
+  } else if (t.stride(0) == 1 && t.stride(1) >= t.size(0)) {
+    o.op = CUBLAS_OP_T, o.ld = t.stride(1);
+  } else {
+    return o;
+  }
+  o.ok = o.ld % 8 == 0 && o.ld > 0;
+  return o;
+}
+
+// mm() and linear_residual(): `plain` marks a product without an epilogue,
+// which Mode::aten leaves to ATen.
+bool gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias, const at::Tensor& c,
+          at::Tensor& out, at::ScalarType out_dtype, bool plain) {
+  if (plain && mode() == Mode::aten) return false;
+  const auto oa = operand(a), ob = operand(b);
+  if (!oa.ok || !ob.ok || a.get_device() != b.get_device()) return false;
+  const int64_t rows = a.size(0), inner = a.size(1), cols = b.size(1);
+  if (b.size(0) != inner || rows == 0 || inner == 0 || cols % 8 != 0) return false;
+  if (out_dtype != at::kBFloat16 && out_dtype != at::kFloat) return false;
+  if (bias.defined() && (out_dtype != at::kBFloat16 || !bf16_cuda(bias) || bias.numel() != cols)) {
+    return false;
+  }
+  const auto fits = [&](const at::Tensor& t) {
+    return t.is_cuda() && t.get_device() == a.get_device() && t.scalar_type() == out_dtype &&
+           t.is_contiguous() && t.dim() == 2 && t.size(0) == rows && t.size(1) == cols &&
+           reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+  };
+  if (c.defined() && !fits(c)) return false;
+  if (out.defined() && !fits(out)) return false;
+  const c10::cuda::CUDAGuard guard(a.device());
+  auto result = out.defined() ? out : at::empty({rows, cols}, a.options().dtype(out_dtype));
+  // Row-major out (rows, cols) is column-major (cols, rows) = b^T a^T.
+  Problem p{};
+  p.ta = ob.op, p.tb = oa.op;
+  p.m = cols, p.n = rows, p.k = inner, p.lda = ob.ld, p.ldb = oa.ld, p.ldd = cols;
+  p.ab_type = CUDA_R_16BF, p.d_type = out_dtype == at::kFloat ? CUDA_R_32F : CUDA_R_16BF;
+  p.epilogue = bias.defined() ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  p.a = b.data_ptr(), p.b = a.data_ptr(), p.d = result.data_ptr();
+  p.c = c.defined() ? c.data_ptr() : result.data_ptr();
+  p.vec = bias.defined() ? bias.data_ptr() : nullptr;
+  p.beta = c.defined() ? 1.f : 0.f;
+  // What the caller does where this declines: ATen's GEMM in bf16 (cast
+  // to an fp32 out).
+  const AtenGemm aten = [&](at::Tensor& into) {
+    if (out_dtype == at::kBFloat16) {
+      if (c.defined()) {
+        at::addmm_out(into, c, a, b);
+      } else if (bias.defined()) {
+        at::addmm_out(into, bias, a, b);
+      } else {
+        at::mm_out(into, a, b);
+      }
+      return;
+    }
+    into.copy_(a.mm(b));
+    if (c.defined()) into.add_(c);
+  };
+  if (!run(p, a.get_device(), result, plain ? &aten : nullptr)) return false;
+  out = result;
+  return true;
+}
+
 }  // namespace
+
+namespace {
+
+Mode mode_from_environment() {
+  const char* e = std::getenv("SLIPSTREAM_GEMM");
+  if (e == nullptr || *e == '\0' || std::strcmp(e, "tuned") == 0) return Mode::tuned;
+  if (std::strcmp(e, "heuristic") == 0) return Mode::heuristic;
+  if (std::strcmp(e, "aten") == 0) return Mode::aten;
+  TORCH_CHECK(false, "SLIPSTREAM_GEMM=", e, ": expected tuned, heuristic or aten");
+  return Mode::tuned;
+}
+
+std::atomic<Mode>& current_mode() {
+  static std::atomic<Mode> m{mode_from_environment()};
+  return m;
+}
+
+}  // namespace
+
+Mode mode() { return current_mode().load(std::memory_order_relaxed); }
+
+void set_mode(Mode m) { current_mode().store(m, std::memory_order_relaxed); }
+
+bool mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias, const at::Tensor& c,
+        at::Tensor& out, at::ScalarType out_dtype) {
+  return gemm(a, b, bias, c, out, out_dtype, /*plain=*/true);
+}
 
 bool linear_residual(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
                      const at::Tensor& r, at::Tensor& y) {
@@ -156,23 +391,27 @@ bool linear_residual(const at::Tensor& x, const at::Tensor& w, const at::Tensor&
   }
   const int64_t rows = x.numel() / in;
   if (rows == 0 || r.numel() != rows * out) return false;
-  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor result;
+  if (!gemm(x.view({rows, in}), w.t(), b, r.view({rows, out}), result, at::kBFloat16,
+            /*plain=*/false)) {
+    return false;
+  }
   auto sizes = x.sizes().vec();
   sizes.back() = out;
-  auto result = at::empty(sizes, x.options());
-  // Row-major y (rows, out) is column-major (out, rows) = w (in, out)^T x (in, rows).
-  Problem p{};
-  p.ta = CUBLAS_OP_T, p.tb = CUBLAS_OP_N;
-  p.m = out, p.n = rows, p.k = in, p.lda = in, p.ldb = in, p.ldd = out;
-  p.ab_type = CUDA_R_16BF, p.d_type = CUDA_R_16BF, p.epilogue = CUBLASLT_EPILOGUE_BIAS;
-  p.a = w.data_ptr(), p.b = x.data_ptr(), p.c = r.data_ptr(), p.d = result.data_ptr();
-  p.vec = b.data_ptr(), p.beta = 1.f;
-  if (!run(p, x.get_device())) return false;
-  y = result;
+  y = result.view(sizes);
   return true;
 }
 
 #else
+
+Mode mode() { return Mode::aten; }
+
+void set_mode(Mode) {}
+
+bool mm(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor&,
+        at::ScalarType) {
+  return false;
+}
 
 bool linear_residual(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                      at::Tensor&) {

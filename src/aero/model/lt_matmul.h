@@ -1,9 +1,18 @@
-// lt_matmul: a Linear layer's GEMM with a residual block's add done in
-// cuBLASLt's epilogue, for linear.cpp's bf16 CUDA paths. It returns false
+// lt_matmul: the bf16 GEMMs of linear.cpp's CUDA paths on cuBLASLt, each
+// problem's algorithm timed rather than guessed, and a Linear layer's GEMM
+// with a residual block's add done in cuBLASLt's epilogue. It returns false
 // (and leaves its output alone) where it does not apply: not a CUDA build, a
 // LibTorch before 2.0, tensors not on CUDA, not bf16, not contiguous or not
 // 16-byte aligned, widths not multiples of 8, or no cuBLASLt algorithm for
 // the problem. The caller then does the two ops apart.
+//
+// Tuning, measured on the H200 (GeoTransolver volume, 200k points, AdamW,
+// SLIPSTREAM_GEMM=tuned against aten in one binary): 142.71 against 144.47
+// ms a step, the peak unchanged; Transolver volume 61.83 against 62.35.
+// ATen kept the weight gradients over 200k rows (ATen's bf16 split-K
+// against cuBLASLt's fp32 output: 448 x 448 0.195 ms against 0.351);
+// cuBLASLt took the rest, by 0-10 % a GEMM (1792 x 448 -> 200k rows, NN:
+// 0.420 against 0.474 ms).
 //
 // On the H200 at 200k rows (bench/lt_matmul_bench) the add then costs the
 // GEMM the read of r alone: 448 -> 448 with the residual 0.192 ms against
@@ -18,6 +27,38 @@
 #include <ATen/core/Tensor.h>
 
 namespace slipstream::aero::lt_matmul {
+
+// How a problem's algorithm is picked, from SLIPSTREAM_GEMM in the
+// environment (read once; another value is an error):
+//   tuned (the default): the fastest of the first 16 that cuBLASLt's
+//     heuristic offers, each timed on the problem's first use (shape,
+//     layouts, alignment, device), which synchronises the device then, once;
+//     a first use inside a CUDA graph capture, where nothing can be timed,
+//     takes the heuristic's first and tunes on the next use outside one.
+//     SLIPSTREAM_GEMM_REPORT=1 prints each problem's times as it is tuned.
+//   heuristic: the heuristic's first.
+//   aten: mm() declines, so its callers use ATen's GEMMs; linear_residual
+//     still runs on cuBLASLt with the heuristic's first (the code before
+//     tuning, for measurements).
+// Tuned, ATen's GEMM of the same product is one more candidate: where it is
+// the fastest, mm() declines that problem. Without CUDA: aten.
+enum class Mode { tuned, heuristic, aten };
+Mode mode();
+// Sets the mode for later calls (tests, benchmarks); each mode keeps its own
+// picks.
+void set_mode(Mode m);
+
+// out (M, N) = a (M, K) b (K, N) [+ bias (N)] [+ c (M, N)]: a and b bf16 on
+// one CUDA device, 2-D, each with a unit stride in one dimension (a
+// transposed view is taken as it is), leading dimensions multiples of 8 and
+// data 16-byte aligned, N a multiple of 8; bias bf16 (only for a bf16 out)
+// or undefined; c contiguous of out's type or undefined (c may be out
+// itself: the product is then accumulated in place). out: undefined (then
+// allocated) or contiguous (M, N); its type out_dtype, bf16 or fp32
+// (accumulated in fp32 either way). False, out untouched, where it does not
+// apply or (tuned) ATen's GEMM was the faster for the problem.
+bool mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias, const at::Tensor& c,
+        at::Tensor& out, at::ScalarType out_dtype);
 
 // y (rows, out) = x (rows, in) w^T + b + r: x, w (out, in), b (out) and r
 // (rows, out) bf16, r read by the GEMM's epilogue (beta = 1) and the sum

@@ -2,9 +2,12 @@
 // without CUDA): the residual added in a Linear's GEMM against fp32 and
 // against the two ops it replaces, in values and through autograd; that it
 // applies at the models' shapes (so the fast path is the one measured); and
-// that it declines what it does not take.
+// that it declines what it does not take; mm(), the tuned GEMM linear.cpp
+// runs its products on, against fp32 in every operand layout, accumulating,
+// in fp32, with a bias, and first used inside a CUDA graph capture.
 #include "aero/model/linear.h"
 #include "aero/model/lt_matmul.h"
+#include "core/device/cuda_graph.h"
 #include "core/device/device.h"
 
 #include "support/test_support.h"
@@ -24,6 +27,14 @@ namespace {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
 
 using testing::relative_error;
+
+// The cuBLASLt path itself (the heuristic's pick: tuned, ATen may take a
+// problem over) while alive.
+struct ModeGuard {
+  lt_matmul::Mode old = lt_matmul::mode();
+  explicit ModeGuard(lt_matmul::Mode m) { lt_matmul::set_mode(m); }
+  ~ModeGuard() { lt_matmul::set_mode(old); }
+};
 
 torch::TensorOptions bf16_cuda() { return torch::dtype(torch::kBFloat16).device(torch::kCUDA); }
 
@@ -125,6 +136,142 @@ TEST(LtMatmulCudaTest, ResidualFormsMatchTheAddInValuesAndGradients_CUDA) {
     }
     // The residual's gradient is the output's, as for an add.
     EXPECT_TRUE(torch::equal(fused[1].grad(), apart[1].grad())) << mlp;
+  }
+}
+
+// a (rows, inner) b (inner, cols) in each layout linear.cpp hands over
+// (b a transposed view of a contiguous (cols, inner), a of (inner, rows)),
+// against the fp32 product: the result is that product rounded once.
+TEST(LtMatmulCudaTest, MmMatchesTheFp32ProductInEveryLayout_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  const ModeGuard lt(lt_matmul::Mode::heuristic);
+  struct Shape {
+    int64_t rows, inner, cols;
+  };
+  for (const auto& s : {Shape{4099, 448, 448}, Shape{200000, 448, 1792}, Shape{448, 20000, 256},
+                        Shape{1, 32, 256}}) {
+    for (const bool at : {false, true}) {
+      for (const bool bt : {false, true}) {
+        torch::manual_seed(s.rows + s.inner + s.cols + 2 * at + bt);
+        const auto a = at ? torch::randn({s.inner, s.rows}, bf16_cuda()).t()
+                          : torch::randn({s.rows, s.inner}, bf16_cuda());
+        const auto b = bt ? torch::randn({s.cols, s.inner}, bf16_cuda()).t()
+                          : torch::randn({s.inner, s.cols}, bf16_cuda());
+        const auto want = torch::mm(a.to(torch::kFloat), b.to(torch::kFloat));
+        at::Tensor y, y32;
+        if (s.rows % 8 != 0 && at) continue;  // a's leading dimension must be a multiple of 8
+        ASSERT_TRUE(lt_matmul::mm(a, b, {}, {}, y, torch::kBFloat16))
+            << s.rows << " " << s.inner << " " << s.cols << " " << at << bt;
+        ASSERT_TRUE(lt_matmul::mm(a, b, {}, {}, y32, torch::kFloat));
+        ASSERT_EQ(y.sizes(), want.sizes());
+        ASSERT_EQ(y32.scalar_type(), torch::kFloat);
+        const double e16 = relative_error(y.to(torch::kFloat), want);
+        const double e32 = relative_error(y32, want);
+        std::printf("mm %ld x %ld x %ld a%c b%c: relative error bf16 %.2e fp32 %.2e\n",
+                    static_cast<long>(s.rows), static_cast<long>(s.inner),
+                    static_cast<long>(s.cols), at ? 'T' : 'N', bt ? 'T' : 'N', e16, e32);
+        EXPECT_LT(e16, 3e-3);  // one bf16 rounding
+        EXPECT_LT(e32, 3e-5);  // fp32 accumulation alone (split over K)
+      }
+    }
+  }
+}
+
+TEST(LtMatmulCudaTest, MmAccumulatesInPlaceAndAddsTheBias_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  const ModeGuard lt(lt_matmul::Mode::heuristic);
+  torch::manual_seed(5);
+  const auto a = torch::randn({20001, 448}, bf16_cuda());
+  const auto b = torch::randn({448, 448}, bf16_cuda()).t().contiguous().t();
+  const auto bias = torch::randn({448}, bf16_cuda());
+  const auto acc0 = torch::randn({20001, 448}, bf16_cuda());
+  const auto f = [](const torch::Tensor& t) { return t.to(torch::kFloat); };
+  auto acc = acc0.clone();
+  auto out = acc;
+  const void* where = acc.data_ptr();
+  ASSERT_TRUE(lt_matmul::mm(a, b, {}, acc, out, torch::kBFloat16));
+  EXPECT_EQ(out.data_ptr(), where);  // in place
+  EXPECT_LT(relative_error(f(acc), torch::mm(f(a), f(b)) + f(acc0)), 3e-3);
+  at::Tensor y;
+  ASSERT_TRUE(lt_matmul::mm(a, b, bias, {}, y, torch::kBFloat16));
+  EXPECT_LT(relative_error(f(y), torch::mm(f(a), f(b)) + f(bias)), 3e-3);
+  // A bias with an fp32 output, a column count not a multiple of 8, a CPU
+  // operand, an fp32 operand, no unit stride: declined, out untouched.
+  at::Tensor none;
+  EXPECT_FALSE(lt_matmul::mm(a, b, bias, {}, none, torch::kFloat));
+  EXPECT_FALSE(
+      lt_matmul::mm(a, torch::randn({448, 36}, bf16_cuda()), {}, {}, none, torch::kBFloat16));
+  EXPECT_FALSE(lt_matmul::mm(a.cpu(), b.cpu(), {}, {}, none, torch::kBFloat16));
+  EXPECT_FALSE(lt_matmul::mm(a.to(torch::kFloat), b, {}, {}, none, torch::kBFloat16));
+  EXPECT_FALSE(
+      lt_matmul::mm(a.slice(1, 0, 448, 2), b.slice(0, 0, 448, 2), {}, {}, none, torch::kBFloat16));
+  EXPECT_FALSE(none.defined());
+}
+
+// A problem first met inside a capture takes the heuristic's pick (nothing
+// can be timed there) and replays right; the next use outside tunes it.
+TEST(LtMatmulCudaTest, MmFirstUsedInACaptureReplaysTheProduct_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  const ModeGuard lt(lt_matmul::Mode::heuristic);
+  const c10::Device dev(c10::kCUDA, 0);
+  ASSERT_TRUE(CudaGraph::supported(dev));
+  torch::manual_seed(9);
+  const auto a = torch::randn({12345 * 8, 264}, bf16_cuda());  // a shape no other test uses
+  const auto b = torch::randn({264, 136}, bf16_cuda());
+  at::Tensor y;
+  CudaGraph graph;
+  {
+    const SideStreamGuard side(CudaGraph::side_stream(dev));
+    // cuBLASLt's handle and this stream's workspace made outside the capture.
+    at::Tensor warm;
+    ASSERT_TRUE(lt_matmul::mm(b.t(), b, {}, {}, warm, torch::kBFloat16));
+    graph.capture(dev, [&] {
+      at::Tensor out;
+      ASSERT_TRUE(lt_matmul::mm(a, b, {}, {}, out, torch::kBFloat16));
+      y = out;
+    });
+    y.zero_();
+    graph.replay();
+  }
+  const auto want = torch::mm(a.to(torch::kFloat), b.to(torch::kFloat));
+  EXPECT_LT(relative_error(y.to(torch::kFloat), want), 3e-3);
+  at::Tensor again;
+  ASSERT_TRUE(lt_matmul::mm(a, b, {}, {}, again, torch::kBFloat16));
+  EXPECT_LT(relative_error(again.to(torch::kFloat), want), 3e-3);
+}
+
+// Tuned, each of linear.cpp's products at the model's shapes either runs on
+// the fastest cuBLASLt algorithm or is declined for ATen's, the same way
+// each time, and what runs gives the product.
+TEST(LtMatmulCudaTest, TunedMmKeepsItsPickAndGivesTheProduct_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  const ModeGuard tuned(lt_matmul::Mode::tuned);
+  torch::manual_seed(3);
+  const int64_t rows = 200000;
+  const auto x = torch::randn({rows, 448}, bf16_cuda()),
+             g = torch::randn({rows, 1792}, bf16_cuda());
+  const auto w = torch::randn({1792, 448}, bf16_cuda()) * 0.05;
+  struct Case {
+    const char* what;
+    torch::Tensor a, b;
+    torch::ScalarType dtype;
+  };
+  const Case cases[] = {{"forward x w^T", x, w.t(), torch::kBFloat16},
+                        {"input gradient g w", g, w, torch::kBFloat16},
+                        {"weight gradient x^T g", x.t(), g, torch::kFloat}};
+  for (const auto& c : cases) {
+    const auto want = torch::mm(c.a.to(torch::kFloat), c.b.to(torch::kFloat));
+    at::Tensor first, second;
+    const bool took = lt_matmul::mm(c.a, c.b, {}, {}, first, c.dtype);
+    EXPECT_EQ(lt_matmul::mm(c.a, c.b, {}, {}, second, c.dtype), took) << c.what;
+    std::printf("tuned %s: %s\n", c.what, took ? "cuBLASLt" : "ATen");
+    if (!took) {
+      EXPECT_FALSE(first.defined() || second.defined()) << c.what;
+      continue;
+    }
+    EXPECT_EQ(first.scalar_type(), c.dtype) << c.what;
+    EXPECT_LT(relative_error(first.to(torch::kFloat), want), 3e-3) << c.what;
+    EXPECT_LT(relative_error(second.to(torch::kFloat), want), 3e-3) << c.what;
   }
 }
 
