@@ -119,9 +119,11 @@ at::Tensor gelu_of(const at::Tensor& h) {
 // as (in^T g)^T: cuBLAS ran the MLP's (1792 x 200k) (200k x 448) at 428
 // TFLOP/s on an H200 and the (448 x 200k) (200k x 1792) of the same layouts
 // at 726. The transpose and the cast to w_dtype are then one copy. On
-// cuBLASLt (lt_matmul::mm) an fp32 w_dtype is the GEMM's own output type.
+// cuBLASLt (lt_matmul::mm) too the product is made in g's type: cuBLASLt's
+// kernels with an fp32 output ran these sums over 200k rows at half the
+// rate of ATen's bf16 ones (448 x 448: 0.351 against 0.195 ms).
 at::Tensor weight_grad(const at::Tensor& g, const at::Tensor& in, at::ScalarType w_dtype) {
-  const auto lt_dtype = w_dtype == at::kFloat ? at::kFloat : g.scalar_type();
+  const auto lt_dtype = g.scalar_type();
   at::Tensor r;
   if (g.size(1) > in.size(1)) {
     if (!lt_matmul::mm(in.t(), g, {}, {}, r, lt_dtype)) r = in.t().mm(g);

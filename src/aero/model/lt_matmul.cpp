@@ -20,6 +20,7 @@
 #include <mutex>
 #include <optional>
 #include <tuple>
+#include <utility>
 #include <vector>
 #endif
 
@@ -224,6 +225,30 @@ std::optional<cublasLtMatmulAlgo_t> pick_algo(const Problem& p, cublasLtHandle_t
   return algo;
 }
 
+// cuBLASLt's workspace on a stream: PyTorch's where it holds at least
+// kWorkspace bytes, else one of that size of our own, kept for the process
+// (split-K over 200k rows needs room for its partial sums). PyTorch's is
+// made for its (handle, stream); ours, likewise, one a device and stream.
+constexpr size_t kWorkspace = size_t(32) << 20;
+
+std::pair<void*, size_t> workspace_for(int device, cudaStream_t stream) {
+  const size_t torch_size = at::cuda::getCUDABlasLtWorkspaceSize();
+  if (torch_size >= kWorkspace) return {at::cuda::getCUDABlasLtWorkspace(), torch_size};
+  static std::mutex mutex;
+  static std::map<std::pair<int, cudaStream_t>, at::Tensor> held;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto& w = held[{device, stream}];
+  if (!w.defined()) {
+    w = at::empty({static_cast<int64_t>(kWorkspace)},
+                  at::TensorOptions().device(at::kCUDA, device).dtype(at::kByte));
+    if (report_tuning()) {
+      std::printf("lt_matmul: PyTorch's cuBLASLt workspace %zu bytes; our own %zu a stream\n",
+                  torch_size, kWorkspace);
+    }
+  }
+  return {w.data_ptr(), kWorkspace};
+}
+
 // Runs p, whose output is `out`, on the current stream; false where
 // cuBLASLt has no algorithm or ATen's GEMM (`aten`, when given) was timed
 // faster.
@@ -253,9 +278,8 @@ bool run(const Problem& p, int device, const at::Tensor& out, const AtenGemm* at
   check(cublasLtMatrixLayoutCreate(&l.c.h, p.d_type, p.m, p.n, p.ldd), "the layout of C");
   check(cublasLtMatrixLayoutCreate(&l.d.h, p.d_type, p.m, p.n, p.ldd), "the layout of D");
   const auto handle = at::cuda::getCurrentCUDABlasLtHandle();
-  const size_t workspace_size = at::cuda::getCUDABlasLtWorkspaceSize();
-  void* workspace = at::cuda::getCUDABlasLtWorkspace();
   const auto stream = at::cuda::getCurrentCUDAStream(device).stream();
+  const auto [workspace, workspace_size] = workspace_for(device, stream);
   const auto algo =
       pick_algo(p, handle, op.h, l, workspace, workspace_size, stream, device, out, aten);
   if (!algo) return false;

@@ -7,12 +7,13 @@
 // the problem. The caller then does the two ops apart.
 //
 // Tuning, measured on the H200 (GeoTransolver volume, 200k points, AdamW,
-// SLIPSTREAM_GEMM=tuned against aten in one binary): 142.71 against 144.47
-// ms a step, the peak unchanged; Transolver volume 61.83 against 62.35.
-// ATen kept the weight gradients over 200k rows (ATen's bf16 split-K
-// against cuBLASLt's fp32 output: 448 x 448 0.195 ms against 0.351);
-// cuBLASLt took the rest, by 0-10 % a GEMM (1792 x 448 -> 200k rows, NN:
-// 0.420 against 0.474 ms).
+// SLIPSTREAM_GEMM=tuned against aten in one binary): 142.25 against 144.37
+// ms a step, the peak +0.03 GiB (the workspaces); Transolver volume 61.83
+// against 62.35 (before the workspace). cuBLASLt takes most problems, by
+// up to 30 % a GEMM (the 448 x 448 weight gradient over 200k rows 0.134
+// against ATen's 0.188 ms; the MLP's 1792 x 448 NN input gradient 0.428
+// against 0.483), ATen a few small ones. With PyTorch's 1 MiB cuBLASLt
+// workspace and fp32 outputs the weight gradients ran at half ATen's rate.
 //
 // On the H200 at 200k rows (bench/lt_matmul_bench) the add then costs the
 // GEMM the read of r alone: 448 -> 448 with the residual 0.192 ms against
