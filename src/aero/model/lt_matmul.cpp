@@ -119,9 +119,8 @@ struct Event {
 };
 
 // The fastest of `algos` for p on `stream`, each run kTuneWarmup + kTuneReps
-// times into `scratch` (p's output shape and type) rather than p.d, so that
-// an accumulating problem's C is read unchanged; the device is synchronised
-// once per candidate. -1 where none ran.
+// times, writing `scratch` (p's output shape and type) in place of p.d; the
+// device is synchronised once per candidate. -1 where none ran.
 int fastest(const Problem& p, cublasLtHandle_t handle, cublasLtMatmulDesc_t op, const Layouts& l,
             const std::vector<cublasLtMatmulAlgo_t>& algos, void* scratch, void* workspace,
             size_t workspace_size, cudaStream_t stream, std::vector<float>& times) {
