@@ -107,7 +107,7 @@ stage_cuda() {  # the CUDA test binaries alone (CUDA_TESTS: globs of their names
     for t in build-gpu/tests/${pattern}_CUDA_test; do
       [ -x "$t" ] || { log "cuda: no test binary matches $pattern"; rc=1; continue; }
       SLIPSTREAM_BIN="$BIN" "$t" >"$OUT/$(basename "$t").log" 2>&1 || rc=1
-      grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|actual|^GALE|^  grad|^N=|^context projector|^recompute|^gelu_linear|^gelu_mlp|^layer norm" \
+      grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|actual|^GALE|^  grad|^N=|^context projector|^recompute|^parameter casts|^gelu_linear|^gelu_mlp|^layer norm" \
         "$OUT/$(basename "$t").log" | tee -a "$OUT/summary.txt"
     done
   done

@@ -7,6 +7,7 @@
 
 #include "aero/model/linear.h"
 #include "aero/model/numerics.h"
+#include "aero/model/parameter_casts.h"
 
 #ifdef SLIPSTREAM_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -24,6 +25,7 @@ using torch::autograd::variable_list;
 
 // Contiguous bf16, 16-byte aligned (the kernels move rows in 16-byte pieces).
 at::Tensor rows_of(const at::Tensor& t) {
+  if (const auto* cast = ParameterCasts::find(t)) return *cast;  // a parameter, cast this step
   auto c = t.to(at::kBFloat16).contiguous();
   if (reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 != 0) c = c.clone();
   return c;

@@ -1,5 +1,7 @@
 #include "aero/model/numerics.h"
 
+#include "aero/model/parameter_casts.h"
+
 #include <ATen/ATen.h>
 #include <torch/version.h>
 
@@ -16,7 +18,12 @@ at::Tensor autocast_input(const at::Tensor& x) {
 #ifdef SLIPSTREAM_WITH_CUDA
   if (x.is_cuda() && at::autocast::is_autocast_enabled(at::kCUDA) && x.is_floating_point()) {
     const auto dtype = at::autocast::get_autocast_dtype(at::kCUDA);
-    if (x.scalar_type() != dtype) return x.to(dtype);
+    if (x.scalar_type() != dtype) {
+      if (dtype == at::kBFloat16) {
+        if (const auto* cast = ParameterCasts::find(x)) return *cast;
+      }
+      return x.to(dtype);
+    }
   }
 #endif
   return x;

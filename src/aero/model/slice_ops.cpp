@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "aero/model/kernels/slice_kernels.h"
+#include "aero/model/parameter_casts.h"
 
 #ifdef SLIPSTREAM_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -40,6 +41,7 @@ at::Tensor sums_over_points(const at::Tensor& w, const at::Tensor& y) {
 
 #ifdef SLIPSTREAM_WITH_CUDA
 at::Tensor bf16(const at::Tensor& t) {
+  if (const auto* cast = ParameterCasts::find(t)) return *cast;  // a parameter, cast this step
   auto c = t.to(at::kBFloat16).contiguous();
   // The kernels read rows in 16-byte pieces.
   if (reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 != 0) c = c.clone();

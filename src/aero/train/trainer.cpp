@@ -1,5 +1,6 @@
 #include "aero/train/trainer.h"
 
+#include "aero/model/parameter_casts.h"
 #include "aero/train/graphed_step.h"
 #include "aero/train/log_records.h"
 #include "aero/train/run_checkpoints.h"
@@ -19,9 +20,11 @@
 #include <array>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <optional>
+#include <string>
 
 namespace slipstream::aero {
 
@@ -141,6 +144,15 @@ EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
     if (phase_scope->isActive()) phase_scope->before(phase_scope_name(p));
   };
   std::vector<torch::Tensor> params = model.parameters();
+  // Under bf16 on CUDA the parameters are cast once a step, in one launch
+  // (parameter_casts.h); SLIPSTREAM_PARAMETER_CASTS=per_use casts each at
+  // each use instead, as before (for A/B runs).
+  std::optional<ParameterCasts> casts;
+  const char* casts_env = std::getenv("SLIPSTREAM_PARAMETER_CASTS");
+  if (device.is_cuda() && run_.bf16() &&
+      (casts_env == nullptr || std::string(casts_env) != "per_use")) {
+    casts.emplace(params);
+  }
   // Forward, loss and backward: run as they are, or captured once into a
   // CUDA graph and replayed (graphed_step.h).
   const auto step_body = [&](const Batch& batch) {
@@ -148,6 +160,8 @@ EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
     {
       phase(Phase::kForward);
       AutocastGuard autocast(device, run_.bf16());
+      if (casts) casts->refresh();
+      const ParameterCasts::Scope cast_scope(casts ? &*casts : nullptr);
       prediction = model.forward(batch.inputs);
     }
     phase(Phase::kLoss);

@@ -4,6 +4,7 @@
 #include "aero/model/ball_query.h"
 #include "aero/model/geotransolver.h"
 #include "aero/model/numerics.h"
+#include "aero/model/parameter_casts.h"
 #include "aero/model/registry.h"
 #include "core/device/device.h"
 #include "core/io/safetensors.h"
@@ -306,6 +307,109 @@ TEST(GeoTransolverCudaTest, RecomputeOnTheFusedPathGivesTheSameGradients_CUDA) {
         to_string(r.mode).c_str(), static_cast<long>(r.point_chunk), loss, base_loss, worst);
   }
   model->set_recompute({});
+}
+
+// One launch casts every fp32 contiguous CUDA parameter as Tensor::to does,
+// bit for bit (sizes around the kernel's chunk, values at rounding ties);
+// the others are left out; find() gives nothing in grad mode or outside a
+// Scope; a refresh follows in-place updates and refuses replaced storage.
+TEST(ParameterCastsCudaTest, OneLaunchCastsEveryParameterAsToDoes_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  torch::manual_seed(7);
+  std::vector<torch::Tensor> params;
+  for (const int64_t n : {1, 7, 8, 8191, 8192, 8193, 100003}) {
+    params.push_back(torch::randn({n}, torch::kCUDA) * 100);
+  }
+  // Halfway between two bf16 values (ties go to even) and specials.
+  params.push_back(
+      torch::tensor({1.0f + 1.0f / 256, 1.0f + 3.0f / 256, -0.0f, 3.0e38f, 1e-40f}, torch::kCUDA)
+          .view({5, 1}));
+  params.push_back(torch::randn({64, 48}, torch::kCUDA));
+  const auto bf16_param = torch::randn({16}, torch::kCUDA).to(torch::kBFloat16);
+  const auto strided = torch::randn({8, 8}, torch::kCUDA).t();
+  auto all = params;
+  all.push_back(bf16_param);
+  all.push_back(strided);
+  all.push_back(params[0]);  // twice: once in the buffer
+  ParameterCasts casts(all);
+  EXPECT_EQ(casts.size(), params.size());
+  const auto check = [&](const char* when) {
+    casts.refresh();
+    const ParameterCasts::Scope scope(&casts);
+    torch::NoGradGuard no_grad;
+    for (const auto& p : params) {
+      const auto* c = ParameterCasts::find(p);
+      ASSERT_NE(c, nullptr) << when;
+      EXPECT_EQ(c->sizes(), p.sizes()) << when;
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(c->data_ptr()) % 16, 0u) << when;
+      EXPECT_TRUE(torch::equal(*c, p.to(torch::kBFloat16))) << when << ", " << p.numel();
+    }
+    EXPECT_EQ(ParameterCasts::find(bf16_param), nullptr);
+    EXPECT_EQ(ParameterCasts::find(strided), nullptr);
+  };
+  check("first");
+  for (auto& p : params) p.mul_(-3.0f);
+  check("after an in-place update");
+  {
+    const ParameterCasts::Scope scope(&casts);
+    EXPECT_EQ(ParameterCasts::find(params[2]), nullptr) << "grad mode on: no cached cast";
+  }
+  {
+    torch::NoGradGuard no_grad;
+    EXPECT_EQ(ParameterCasts::find(params[2]), nullptr) << "outside a Scope";
+  }
+  params[3].set_data(torch::zeros({8191}, torch::kCUDA));
+  EXPECT_NE(testing::error_message_of([&] { casts.refresh(); }).find("new storage"),
+            std::string::npos);
+}
+
+// The GeoTransolver volume layers' step with the parameters cast once
+// (ParameterCasts, as the trainer runs it) gives the loss and gradients of
+// casting at each use, to the fused kernels' run-to-run spread, and the
+// fused paths do take the cached casts.
+TEST(GeoTransolverCudaTest, ParameterCastsGiveTheSameStep_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  GeoTransolverOptions o;
+  o.n_layers = 2;
+  torch::manual_seed(8);
+  GeoTransolver model(o);
+  model->to(torch::kCUDA);
+  const int64_t n = 8191;
+  const auto points = torch::rand({1, n, 3}, torch::kCUDA) * 4 - 2;
+  const auto embedding = torch::cat({points, torch::randn({1, n, 4}, torch::kCUDA)}, -1);
+  const auto u_inf = torch::tensor({1.0f, 0.0f, 0.0f}, torch::kCUDA).view({1, 1, 3});
+  ParameterCasts casts(model->parameters());
+  auto step = [&](bool cached, double& loss, std::map<std::string, torch::Tensor>& grads) {
+    model->zero_grad();
+    torch::Tensor l;
+    {
+      AutocastGuard autocast(points.device(), true);
+      if (cached) casts.refresh();
+      const ParameterCasts::Scope scope(cached ? &casts : nullptr);
+      l = model->forward(embedding, points, points, u_inf).to(torch::kFloat).pow(2).mean();
+    }
+    l.backward();
+    loss = l.item<double>();
+    for (const auto& p : model->named_parameters()) grads[p.key()] = p.value().grad().clone();
+  };
+  double base_loss = 0, loss = 0;
+  std::map<std::string, torch::Tensor> base, grads;
+  step(false, base_loss, base);
+  EXPECT_EQ(casts.hits(), 0);
+  step(true, loss, grads);
+  EXPECT_GT(casts.hits(), 50);
+  EXPECT_NEAR(loss, base_loss, 1e-4 * base_loss);
+  double largest = 0, worst = 0;
+  for (const auto& [name, g] : base) largest = std::max(largest, g.norm().item<double>());
+  for (const auto& [name, g] : base) {
+    ASSERT_TRUE(grads.at(name).defined()) << name;
+    const double e = (grads.at(name) - g).norm().item<double>() /
+                     std::max(g.norm().item<double>(), 1e-3 * largest);
+    worst = std::max(worst, e);
+    EXPECT_LT(e, 1e-2) << name;
+  }
+  std::printf("parameter casts: %lld cached casts taken; loss %.6e vs %.6e, worst gradient %.2e\n",
+              static_cast<long long>(casts.hits()), loss, base_loss, worst);
 }
 
 TEST(GeoTransolverCudaTest, ReproducesPhysicsNeMoOnTheGpuInFp32_CUDA) {
