@@ -19,7 +19,8 @@
 #   mdlus      export a fine-tuned model as .mdlus; torch.load and the fixture's names check it
 #   train      3 epochs of the volume config, then TensorBoard's own reader on the logs
 #   recompute  bench RECOMPUTE_MODEL at RECOMPUTE_POINTS x RECOMPUTE_MODES (training.recompute), and its sync audit
-#   profile    bench --profile: device time per kernel (and the operators behind them);
+#   profile    bench --profile: device time per kernel (and the operators behind them), the
+#              idle gaps and the small kernels (trace_gaps.py, trace_small.py);
 #              PROFILE_ARGS: more bench arguments (e.g. model=geotransolver_volume)
 #   ncu        Nsight Compute on one kernel launch (NCU_KERNEL regex, default the ball query's
 #              search, matched against NCU_NAME_BASE names: function, or demangled for e.g.
@@ -305,6 +306,8 @@ stage_profile() {
     | tee -a "$OUT/summary.txt"
   log "profile: where the GPU sits idle"
   python3 scripts/trace_gaps.py runs/bench-profile-kernel_trace.json 10 16 2>&1 | tee -a "$OUT/summary.txt"
+  log "profile: the small kernels"
+  python3 scripts/trace_small.py runs/bench-profile-kernel_trace.json 10 2>&1 | tee -a "$OUT/summary.txt"
 }
 
 stage_wgmma() {

@@ -35,7 +35,10 @@ ParameterCasts::ParameterCasts(const std::vector<at::Tensor>& params) {
     }
     kept.push_back(&p);
     offsets.push_back(total);
-    total += (p.numel() + 7) / 8 * 8;  // each cast 16-byte aligned
+    // Each cast 256-byte aligned, as a fresh allocation is: cuBLASLt's
+    // choice of kernel depends on the operands' alignment (lt_matmul), and
+    // 16-byte aligned weights made the step 2.4 ms slower.
+    total += (p.numel() + 127) / 128 * 128;
   }
   if (kept.empty()) return;
   const c10::cuda::CUDAGuard guard(kept.front()->device());

@@ -48,7 +48,7 @@ class ParameterCasts {
     const ParameterCasts* previous_;
   };
 
-  // The bf16 cast of `t` (contiguous, 16-byte aligned) if t is a parameter
+  // The bf16 cast of `t` (contiguous, 256-byte aligned) if t is a parameter
   // of the Scope's casts and grad mode is off; else null.
   static const at::Tensor* find(const at::Tensor& t);
 

@@ -1,0 +1,37 @@
+#!/usr/bin/env python3
+"""How many small kernels a Kineto trace's steps launch, and which.
+
+Reads the Chrome trace that `slipstream bench --profile` writes and prints
+the kernels (copies and memsets included) per step, how many of them and
+how much device time run under 5, 10, 20 and 50 us, and the 25 commonest
+kernels under 20 us: in a CUDA graph each still costs its launch ramp and a
+gap of about a microsecond, which a per-kernel time table hides.
+Usage: trace_small.py TRACE.json [STEPS]
+"""
+import collections
+import json
+import sys
+
+
+def main():
+    events = json.load(open(sys.argv[1])).get("traceEvents", [])
+    steps = float(sys.argv[2]) if len(sys.argv) > 2 else 1.0
+    k = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e]
+    print("kernels+copies per step %.0f, total %.2f ms/step"
+          % (len(k) / steps, sum(e["dur"] for e in k) / 1e3 / steps))
+    for limit in (5, 10, 20, 50):
+        s = [e for e in k if e["dur"] < limit]
+        print("under %d us: %.0f a step, %.2f ms a step"
+              % (limit, len(s) / steps, sum(e["dur"] for e in s) / 1e3 / steps))
+    count, time = collections.Counter(), collections.Counter()
+    for e in k:
+        if e["dur"] < 20:
+            name = e["name"][:90]
+            count[name] += 1
+            time[name] += e["dur"]
+    for name, n in count.most_common(25):
+        print("%6.0f %7.3f ms  %s" % (n / steps, time[name] / 1e3 / steps, name))
+
+
+if __name__ == "__main__":
+    main()
