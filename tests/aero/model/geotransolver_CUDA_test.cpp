@@ -255,58 +255,81 @@ TEST(FusedContextProjectorCudaTest, FusedMatchesReferenceWithinBf16Tolerance_CUD
   }
 }
 
+// The volume config's first two blocks on the GPU, seeded, and a random
+// cloud of 8191 points: a bf16 training step's loss and gradients.
+struct TwoBlocks {
+  explicit TwoBlocks(uint64_t seed) {
+    GeoTransolverOptions o;
+    o.n_layers = 2;
+    torch::manual_seed(seed);
+    model = GeoTransolver(o);
+    model->to(torch::kCUDA);
+    points = torch::rand({1, kPoints, 3}, torch::kCUDA) * 4 - 2;
+    embedding = torch::cat({points, torch::randn({1, kPoints, 4}, torch::kCUDA)}, -1);
+    u_inf = torch::tensor({1.0f, 0.0f, 0.0f}, torch::kCUDA).view({1, 1, 3});
+  }
+  // The mean of the output's squares, forward under bf16 autocast.
+  torch::Tensor loss() {
+    AutocastGuard autocast(points.device(), true);
+    return model->forward(embedding, points, points, u_inf).to(torch::kFloat).pow(2).mean();
+  }
+  // Backward from `l` (the gradients zeroed first): l's value and every
+  // parameter's gradient.
+  double backward(const torch::Tensor& l, std::map<std::string, torch::Tensor>& grads) {
+    model->zero_grad();
+    l.backward();
+    for (const auto& p : model->named_parameters()) grads[p.key()] = p.value().grad().clone();
+    return l.item<double>();
+  }
+  static constexpr int64_t kPoints = 8191;
+  GeoTransolver model{nullptr};
+  torch::Tensor points, embedding, u_inf;
+};
+
+// Every gradient within 1e-2 of `base`'s, relative to its norm or to 1e-3
+// of the largest (where one is round-off of zero); returns the worst.
+double expect_gradients_near(const std::map<std::string, torch::Tensor>& base,
+                             const std::map<std::string, torch::Tensor>& grads,
+                             const std::string& what) {
+  double largest = 0, worst = 0;
+  for (const auto& [name, g] : base) largest = std::max(largest, g.norm().item<double>());
+  for (const auto& [name, g] : base) {
+    const auto it = grads.find(name);
+    const bool present = it != grads.end() && it->second.defined();
+    EXPECT_TRUE(present) << what << " " << name;
+    if (!present) continue;
+    const double e =
+        (it->second - g).norm().item<double>() / std::max(g.norm().item<double>(), 1e-3 * largest);
+    worst = std::max(worst, e);
+    EXPECT_LT(e, 1e-2) << what << " " << name;
+  }
+  return worst;
+}
+
 // training.recompute on the fused bf16 path (the volume config, 2 blocks,
 // 8191 points): the loss and every gradient as without recompute. The
 // recomputed forward is the same ops, so they differ only by the order of
-// the kernels' atomic sums: within 1e-2 (measured against the largest
-// gradient where one is round-off of zero).
+// the kernels' atomic sums.
 TEST(GeoTransolverCudaTest, RecomputeOnTheFusedPathGivesTheSameGradients_CUDA) {
   SKIP_WITHOUT_CUDA();
-  GeoTransolverOptions o;
-  o.n_layers = 2;
-  torch::manual_seed(5);
-  GeoTransolver model(o);
-  model->to(torch::kCUDA);
-  const int64_t n = 8191;
-  const auto points = torch::rand({1, n, 3}, torch::kCUDA) * 4 - 2;
-  const auto embedding = torch::cat({points, torch::randn({1, n, 4}, torch::kCUDA)}, -1);
-  const auto u_inf = torch::tensor({1.0f, 0.0f, 0.0f}, torch::kCUDA).view({1, 1, 3});
-  auto step = [&](RecomputeOptions r, double& loss, std::map<std::string, torch::Tensor>& grads) {
-    model->set_recompute(r);
-    model->zero_grad();
-    torch::Tensor l;
-    {
-      AutocastGuard autocast(points.device(), true);
-      l = model->forward(embedding, points, points, u_inf).to(torch::kFloat).pow(2).mean();
-    }
-    l.backward();
-    loss = l.item<double>();
-    for (const auto& p : model->named_parameters()) grads[p.key()] = p.value().grad().clone();
+  TwoBlocks t(5);
+  auto step = [&](RecomputeOptions r, std::map<std::string, torch::Tensor>& grads) {
+    t.model->set_recompute(r);
+    return t.backward(t.loss(), grads);
   };
-  double base_loss = 0;
   std::map<std::string, torch::Tensor> base;
-  step({}, base_loss, base);
-  double largest = 0;
-  for (const auto& [name, g] : base) largest = std::max(largest, g.norm().item<double>());
+  const double base_loss = step({}, base);
   for (const auto& r :
        {RecomputeOptions{Recompute::kAttention, 0}, RecomputeOptions{Recompute::kBlock, 3000}}) {
-    double loss = 0;
     std::map<std::string, torch::Tensor> grads;
-    step(r, loss, grads);
+    const double loss = step(r, grads);
     EXPECT_NEAR(loss, base_loss, 1e-3 * base_loss) << to_string(r.mode);
-    double worst = 0;
-    for (const auto& [name, g] : base) {
-      ASSERT_TRUE(grads.at(name).defined()) << name;
-      const double e = (grads.at(name) - g).norm().item<double>() /
-                       std::max(g.norm().item<double>(), 1e-3 * largest);
-      worst = std::max(worst, e);
-      EXPECT_LT(e, 1e-2) << to_string(r.mode) << " " << name;
-    }
+    const double worst = expect_gradients_near(base, grads, to_string(r.mode));
     std::printf(
         "recompute %s (chunk %ld) on the fused path: loss %.6e vs %.6e, worst gradient %.2e\n",
         to_string(r.mode).c_str(), static_cast<long>(r.point_chunk), loss, base_loss, worst);
   }
-  model->set_recompute({});
+  t.model->set_recompute({});
 }
 
 // One launch casts every fp32 contiguous CUDA parameter as Tensor::to does,
@@ -369,48 +392,24 @@ TEST(ParameterCastsCudaTest, OneLaunchCastsEveryParameterAsToDoes_CUDA) {
 // fused paths do take the cached casts.
 TEST(GeoTransolverCudaTest, ParameterCastsGiveTheSameStep_CUDA) {
   SKIP_WITHOUT_CUDA();
-  GeoTransolverOptions o;
-  o.n_layers = 2;
-  torch::manual_seed(8);
-  GeoTransolver model(o);
-  model->to(torch::kCUDA);
-  const int64_t n = 8191;
-  const auto points = torch::rand({1, n, 3}, torch::kCUDA) * 4 - 2;
-  const auto embedding = torch::cat({points, torch::randn({1, n, 4}, torch::kCUDA)}, -1);
-  const auto u_inf = torch::tensor({1.0f, 0.0f, 0.0f}, torch::kCUDA).view({1, 1, 3});
-  ParameterCasts casts(model->parameters());
-  auto step = [&](bool cached, double& loss, std::map<std::string, torch::Tensor>& grads) {
-    model->zero_grad();
-    torch::Tensor l;
-    {
-      AutocastGuard autocast(points.device(), true);
-      if (cached) casts.refresh();
-      const ParameterCasts::Scope scope(cached ? &casts : nullptr);
-      l = model->forward(embedding, points, points, u_inf).to(torch::kFloat).pow(2).mean();
-    }
-    l.backward();
-    loss = l.item<double>();
-    for (const auto& p : model->named_parameters()) grads[p.key()] = p.value().grad().clone();
-  };
-  double base_loss = 0, loss = 0;
+  TwoBlocks t(8);
+  ParameterCasts casts(t.model->parameters());
   std::map<std::string, torch::Tensor> base, grads;
-  step(false, base_loss, base);
+  const double base_loss = t.backward(t.loss(), base);
   EXPECT_EQ(casts.hits(), 0);
-  step(true, loss, grads);
+  torch::Tensor l;
+  {
+    casts.refresh();
+    const ParameterCasts::Scope scope(&casts);
+    l = t.loss();
+  }
+  const double loss = t.backward(l, grads);
   EXPECT_GT(casts.hits(), 50);
   // The casts are exact (the test above); what is left is the fused
   // kernels' run-to-run spread, 1.4e-4 of the loss in one run (as in the
   // recompute test above).
   EXPECT_NEAR(loss, base_loss, 1e-3 * base_loss);
-  double largest = 0, worst = 0;
-  for (const auto& [name, g] : base) largest = std::max(largest, g.norm().item<double>());
-  for (const auto& [name, g] : base) {
-    ASSERT_TRUE(grads.at(name).defined()) << name;
-    const double e = (grads.at(name) - g).norm().item<double>() /
-                     std::max(g.norm().item<double>(), 1e-3 * largest);
-    worst = std::max(worst, e);
-    EXPECT_LT(e, 1e-2) << name;
-  }
+  const double worst = expect_gradients_near(base, grads, "parameter casts");
   std::printf("parameter casts: %lld cached casts taken; loss %.6e vs %.6e, worst gradient %.2e\n",
               static_cast<long long>(casts.hits()), loss, base_loss, worst);
 }
