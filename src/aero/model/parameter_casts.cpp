@@ -5,6 +5,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 
@@ -19,6 +20,14 @@ namespace slipstream::aero {
 
 namespace {
 thread_local const ParameterCasts* current = nullptr;
+}
+
+bool ParameterCasts::enabled() {
+  const char* e = std::getenv("SLIPSTREAM_PARAMETER_CASTS");
+  if (e == nullptr || *e == '\0' || std::strcmp(e, "once") == 0) return true;
+  if (std::strcmp(e, "per_use") == 0) return false;
+  TORCH_CHECK(false, "SLIPSTREAM_PARAMETER_CASTS=", e, ": expected once or per_use");
+  return true;
 }
 
 ParameterCasts::ParameterCasts(const std::vector<at::Tensor>& params) {

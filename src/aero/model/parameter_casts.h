@@ -24,6 +24,11 @@ namespace slipstream::aero {
 
 class ParameterCasts {
  public:
+  // Whether the trainer casts once a step: SLIPSTREAM_PARAMETER_CASTS unset
+  // or "once" (the default); "per_use" casts each parameter at each use, as
+  // before (for A/B runs); any other value is an error naming the variable.
+  static bool enabled();
+
   // The fp32 contiguous CUDA tensors of `params` (others are left alone).
   explicit ParameterCasts(const std::vector<at::Tensor>& params);
   ParameterCasts(const ParameterCasts&) = delete;

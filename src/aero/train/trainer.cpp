@@ -20,11 +20,9 @@
 #include <array>
 #include <chrono>
 #include <csignal>
-#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <optional>
-#include <string>
 
 namespace slipstream::aero {
 
@@ -145,14 +143,9 @@ EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
   };
   std::vector<torch::Tensor> params = model.parameters();
   // Under bf16 on CUDA the parameters are cast once a step, in one launch
-  // (parameter_casts.h); SLIPSTREAM_PARAMETER_CASTS=per_use casts each at
-  // each use instead, as before (for A/B runs).
+  // (parameter_casts.h, unless SLIPSTREAM_PARAMETER_CASTS=per_use).
   std::optional<ParameterCasts> casts;
-  const char* casts_env = std::getenv("SLIPSTREAM_PARAMETER_CASTS");
-  if (device.is_cuda() && run_.bf16() &&
-      (casts_env == nullptr || std::string(casts_env) != "per_use")) {
-    casts.emplace(params);
-  }
+  if (device.is_cuda() && run_.bf16() && ParameterCasts::enabled()) casts.emplace(params);
   // Forward, loss and backward: run as they are, or captured once into a
   // CUDA graph and replayed (graphed_step.h).
   const auto step_body = [&](const Batch& batch) {

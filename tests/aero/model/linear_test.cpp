@@ -1,16 +1,49 @@
 // aero::linear against at::linear (fp64, CPU): output and every gradient,
 // for row counts the bias-gradient fold does and does not divide.
 #include "aero/model/linear.h"
+#include "aero/model/parameter_casts.h"
 
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdlib>
+#include <string>
+
 namespace slipstream::aero {
 namespace {
 
 using testing::relative_error;
+
+// SLIPSTREAM_PARAMETER_CASTS: unset or once casts once a step, per_use at
+// each use; anything else is an error naming the variable. On the CPU
+// nothing is cached: find() gives nothing even inside a Scope.
+TEST(ParameterCastsTest, TheSwitchAndTheCpu) {
+  const char* saved = std::getenv("SLIPSTREAM_PARAMETER_CASTS");
+  const std::string before = saved != nullptr ? saved : "";
+  unsetenv("SLIPSTREAM_PARAMETER_CASTS");
+  EXPECT_TRUE(ParameterCasts::enabled());
+  setenv("SLIPSTREAM_PARAMETER_CASTS", "once", 1);
+  EXPECT_TRUE(ParameterCasts::enabled());
+  setenv("SLIPSTREAM_PARAMETER_CASTS", "per_use", 1);
+  EXPECT_FALSE(ParameterCasts::enabled());
+  setenv("SLIPSTREAM_PARAMETER_CASTS", "sometimes", 1);
+  const auto msg = testing::error_message_of([] { ParameterCasts::enabled(); });
+  EXPECT_NE(msg.find("SLIPSTREAM_PARAMETER_CASTS=sometimes"), std::string::npos) << msg;
+  if (saved != nullptr) {
+    setenv("SLIPSTREAM_PARAMETER_CASTS", before.c_str(), 1);
+  } else {
+    unsetenv("SLIPSTREAM_PARAMETER_CASTS");
+  }
+  const auto w = torch::randn({4, 3});
+  ParameterCasts casts({w});
+  EXPECT_EQ(casts.size(), 0u);
+  casts.refresh();
+  const ParameterCasts::Scope scope(&casts);
+  torch::NoGradGuard no_grad;
+  EXPECT_EQ(ParameterCasts::find(w), nullptr);
+}
 
 TEST(LinearTest, MatchesAtenLinearInOutputAndGradients) {
   const auto f64 = torch::dtype(torch::kDouble);
