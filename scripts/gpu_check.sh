@@ -36,7 +36,8 @@
 #              lt_matmul_bench (cuBLASLt's residual epilogue against linear + add) where built
 #   ab         the same bench (AB_MODEL, default geotransolver_volume; AB_POINTS, AB_OPTIMIZER) on this tree and on a
 #              base tree per file in AB_PATCH (`git diff BASE HEAD` files, space-separated: this tree
-#              with that one reversed), all built here, AB_ROUNDS rounds taken in turn so that
+#              with that one reversed, built incrementally in build-gpu/ after `build`), AB_ROUNDS
+#              rounds taken in turn so that
 #              drift hits them alike; AB_VARIANTS: this binary again with each override (or,
 #              for NAME=value in capitals, environment variable)
 #   multi      2 GPUs: NCCL tests, bench on 1 and 2 GPUs, a 2-rank training
@@ -182,21 +183,35 @@ stage_ab() {
     bins+=("$BIN")
     if [[ $v =~ ^[A-Z_][A-Z0-9_]*= ]]; then extras+=(""); envs+=("$v"); else extras+=("$v"); envs+=(""); fi
   done
+  # Each base binary is built in this tree, incrementally (the libraries are
+  # static, so a copied binary keeps its code): the patch reversed, the
+  # build, the binary copied out, the patch applied again. The last build
+  # restores this tree's binary for the stages after this one.
+  if [ -n "${AB_PATCH:-}" ]; then
+    mkdir -p /tmp/slipstream-ab
+    cp "$BIN" /tmp/slipstream-ab/this && bins[0]=/tmp/slipstream-ab/this
+  fi
   for patch in ${AB_PATCH:-}; do
     i=$((i + 1))
     patch=$(realpath "$patch")
-    base=/tmp/slipstream-ab-base-$i
     log "ab: tree $(basename "$patch" .patch) = this tree with $(basename "$patch") reversed"
-    mkdir -p "$base"
-    tar -c --exclude=./build-gpu --exclude=./runs . | tar -x -C "$base"
-    (cd "$base" && patch -R -p1 -s <"$patch") || { log "ab: $patch does not reverse"; return 1; }
-    (cd "$base" && OUT="$OUT/ab-base-$i" bash scripts/gpu_check.sh build >/dev/null 2>&1) ||
-      { log "ab: the tree without $(basename "$patch") does not build (see $OUT/ab-base-$i)"; return 1; }
+    patch -R -p1 -s <"$patch" || { log "ab: $patch does not reverse"; return 1; }
+    if ! cmake --build build-gpu --target slipstream >"$OUT/ab-base-$i.log" 2>&1; then
+      patch -p1 -s <"$patch"
+      log "ab: the tree without $(basename "$patch") does not build (see $OUT/ab-base-$i.log)"
+      return 1
+    fi
+    cp "$BIN" "/tmp/slipstream-ab/base-$i"
+    patch -p1 -s <"$patch" || { log "ab: $patch does not apply again: the tree is left reversed"; return 1; }
     trees+=("without-$(basename "$patch" .patch)")
-    bins+=("$base/build-gpu/app/slipstream")
+    bins+=("/tmp/slipstream-ab/base-$i")
     extras+=("")
     envs+=("")
   done
+  if [ -n "${AB_PATCH:-}" ]; then
+    cmake --build build-gpu --target slipstream >"$OUT/ab-restore.log" 2>&1 ||
+      { log "ab: this tree no longer builds (see $OUT/ab-restore.log)"; return 1; }
+  fi
   local args=(--rounds 1 --steps ${AB_STEPS:-10} --warmup 4 --policies async
     model=${AB_MODEL:-geotransolver_volume} optimizer.name=${AB_OPTIMIZER:-adamw}
     dataset.points_per_sample=$((points + points / 20)) dataset.sampling_resolution=$points)
