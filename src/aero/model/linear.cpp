@@ -115,16 +115,28 @@ at::Tensor gelu_of(const at::Tensor& h) {
   return at::gelu(h);
 }
 
-// The weight gradient g^T in, (out, in), in w_dtype. For out > in it is made
-// as (in^T g)^T: cuBLAS ran the MLP's (1792 x 200k) (200k x 448) at 428
-// TFLOP/s on an H200 and the (448 x 200k) (200k x 1792) of the same layouts
-// at 726. The transpose and the cast to w_dtype are then one copy. On
-// cuBLASLt (lt_matmul::mm) too the product is made in g's type: cuBLASLt's
-// kernels with an fp32 output ran these sums over 200k rows at half the
-// rate of ATen's bf16 ones (448 x 448: 0.351 against 0.195 ms).
+// The weight gradient g^T in, (out, in), in w_dtype. For fp32 weights the
+// product goes to cuBLASLt with an fp32 output (accumulated in fp32 either
+// way), which makes the gradient in its final type and layout: no cast or
+// transposing copy after it. Tuned against ATen's bf16 GEMM and its cast,
+// cuBLASLt took every weight gradient of the GeoTransolver volume step
+// (SLIPSTREAM_GEMM_REPORT=1 on an H200, 200k rows: 448 x 448 0.134 ms
+// against 0.151, 1792 x 448 0.452 against 0.465), and the step measured
+// 141.57 against 142.23 ms (A/B, 3 rounds). (With PyTorch's 1 MiB
+// workspace, before lt_matmul's own 32 MiB one, these fp32 outputs had run
+// at half ATen's rate.) Otherwise, for out > in it is made as (in^T g)^T:
+// cuBLAS ran the MLP's (1792 x 200k) (200k x 448) at 428 TFLOP/s on an
+// H200 and the (448 x 200k) (200k x 1792) of the same layouts at 726; the
+// transpose and the cast to w_dtype are then one copy.
 at::Tensor weight_grad(const at::Tensor& g, const at::Tensor& in, at::ScalarType w_dtype) {
   const auto lt_dtype = g.scalar_type();
   at::Tensor r;
+  // fp32 weights from bf16 products: cuBLASLt writes the fp32 (out, in)
+  // itself where, tuned, it beats ATen's bf16 GEMM and its cast.
+  if (w_dtype == at::kFloat && lt_dtype == at::kBFloat16 &&
+      lt_matmul::mm(g.t(), in, {}, {}, r, at::kFloat)) {
+    return r;
+  }
   if (g.size(1) > in.size(1)) {
     if (!lt_matmul::mm(in.t(), g, {}, {}, r, lt_dtype)) r = in.t().mm(g);
     return r.t().to(w_dtype, /*non_blocking=*/false, /*copy=*/false, at::MemoryFormat::Contiguous);
