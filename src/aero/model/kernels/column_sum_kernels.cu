@@ -69,11 +69,14 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// 32 columns a block; its 8 warps take every 8th partial row, then warp 0
-// adds their 8 sums in order.
-constexpr int kFinishColumns = 32, kFinishGroups = kThreads / kFinishColumns;
+// 32 columns a block; its 32 warps take every 32nd partial row, then warp 0
+// adds their 32 sums in order. A block of 32 warps rather than 8: the pass
+// is a few hundred dependent loads deep per column otherwise, and there are
+// only width / 32 blocks.
+constexpr int kFinishThreads = 1024, kFinishColumns = 32;
+constexpr int kFinishGroups = kFinishThreads / kFinishColumns;
 
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kFinishThreads)
     finish_kernel(const float* __restrict__ partial, int64_t blocks, int width,
                   float* __restrict__ out) {
   __shared__ float sums[kFinishGroups][kFinishColumns];
@@ -130,9 +133,9 @@ void column_sum(const void* m, int64_t rows, int64_t width, float* partial, floa
 }
 
 void finish(const float* partial, int64_t blocks, int64_t width, float* out, void* stream) {
-  finish_kernel<<<static_cast<unsigned>((width + kFinishColumns - 1) / kFinishColumns), kThreads, 0,
-                  static_cast<cudaStream_t>(stream)>>>(partial, blocks, static_cast<int>(width),
-                                                       out);
+  finish_kernel<<<static_cast<unsigned>((width + kFinishColumns - 1) / kFinishColumns),
+                  kFinishThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      partial, blocks, static_cast<int>(width), out);
   kernels::check_launch("column sum", "finish");
 }
 
