@@ -37,8 +37,8 @@
 #   ab         the same bench (AB_MODEL, default geotransolver_volume; AB_POINTS, AB_OPTIMIZER) on this tree and on a
 #              base tree per file in AB_PATCH (`git diff BASE HEAD` files, space-separated: this tree
 #              with that one reversed, built incrementally in build-gpu/ after `build`), AB_ROUNDS
-#              rounds taken in turn so that
-#              drift hits them alike; AB_VARIANTS: this binary again with each override (or,
+#              rounds taken in turn so that drift hits them alike; AB_VARIANTS: this binary again
+#              with each override (or,
 #              for NAME=value in capitals, environment variable)
 #   multi      2 GPUs: NCCL tests, bench on 1 and 2 GPUs, a 2-rank training
 #   torchrun   2 GPUs through torchrun

@@ -122,7 +122,8 @@ at::Tensor gelu_of(const at::Tensor& h) {
 // cuBLASLt took every weight gradient of the GeoTransolver volume step
 // (SLIPSTREAM_GEMM_REPORT=1 on an H200, 200k rows: 448 x 448 0.134 ms
 // against 0.151, 1792 x 448 0.452 against 0.465), and the step measured
-// 141.57 against 142.23 ms (A/B, 3 rounds). (With PyTorch's 1 MiB
+// 141.57 against 142.23 ms (A/B, 3 rounds; a second A/B on another
+// machine, 140.31 against 140.64, within its spread). (With PyTorch's 1 MiB
 // workspace, before lt_matmul's own 32 MiB one, these fp32 outputs had run
 // at half ATen's rate.) Otherwise, for out > in it is made as (in^T g)^T:
 // cuBLAS ran the MLP's (1792 x 200k) (200k x 448) at 428 TFLOP/s on an
