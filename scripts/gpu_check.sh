@@ -38,8 +38,7 @@
 #              base tree per file in AB_PATCH (`git diff BASE HEAD` files, space-separated: this tree
 #              with that one reversed, built incrementally in build-gpu/ after `build`), AB_ROUNDS
 #              rounds taken in turn so that drift hits them alike; AB_VARIANTS: this binary again
-#              with each override (or,
-#              for NAME=value in capitals, environment variable)
+#              with each override (or, for NAME=value in capitals, environment variable)
 #   multi      2 GPUs: NCCL tests, bench on 1 and 2 GPUs, a 2-rank training
 #   torchrun   2 GPUs through torchrun
 # Usage: bash scripts/gpu_check.sh build test bench
