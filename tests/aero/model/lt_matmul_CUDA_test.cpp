@@ -2,7 +2,8 @@
 // without CUDA): the residual added in a Linear's GEMM against fp32 and
 // against the two ops it replaces, in values and through autograd; that it
 // applies at the models' shapes (so the fast path is the one measured); and
-// that it declines what it does not take; mm(), the tuned GEMM linear.cpp
+// that it declines what it does not take; fp32 weight gradients made in
+// fp32; mm(), the tuned GEMM linear.cpp
 // runs its products on, against fp32 in every operand layout, accumulating,
 // in fp32, with a bias, and first used inside a CUDA graph capture.
 #include "aero/model/linear.h"
@@ -136,6 +137,39 @@ TEST(LtMatmulCudaTest, ResidualFormsMatchTheAddInValuesAndGradients_CUDA) {
     }
     // The residual's gradient is the output's, as for an add.
     EXPECT_TRUE(torch::equal(fused[1].grad(), apart[1].grad())) << mlp;
+  }
+}
+
+// An fp32 weight's gradient under bf16 autocast, as the trainer runs the
+// models: cuBLASLt writes it in fp32 from the bf16 operands (no bf16
+// rounding of the product before the cast), for the Linear shapes of the
+// GeoTransolver volume layer, both wider and narrower than they are tall.
+// Against the fp64 product of the same bf16 operands it is within fp32
+// summation error (4.3e-6 to 7.4e-6 on an H200 at 20001 rows); a product
+// rounded to bf16 first is ~1e-3 off (bf16's rounding, 2^-9 / sqrt(3) rms).
+TEST(LtMatmulCudaTest, Fp32WeightGradientsAreNotRoundedToBf16_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  const ModeGuard heuristic(lt_matmul::Mode::heuristic);  // tuned, ATen may win
+  torch::manual_seed(5);
+  const int64_t rows = 20001;
+  for (const auto& [out, in] :
+       std::vector<std::pair<int64_t, int64_t>>{{448, 448}, {1792, 448}, {448, 1792}}) {
+    const auto x = torch::randn({1, rows, in}, bf16_cuda());
+    const auto w = (torch::randn({out, in}, torch::device(torch::kCUDA)) * 0.05).requires_grad_();
+    const auto b = torch::randn({out}, torch::device(torch::kCUDA)).requires_grad_();
+    const auto up = torch::randn({1, rows, out}, bf16_cuda());
+    {
+      AutocastGuard autocast(x.device(), true);
+      (linear(x, w, b) * up).sum().backward();
+    }
+    ASSERT_EQ(w.grad().scalar_type(), torch::kFloat);
+    // The output's gradient is up, in bf16 (the product's dtype).
+    const auto want =
+        up.reshape({rows, out}).to(torch::kDouble).t().mm(x.reshape({rows, in}).to(torch::kDouble));
+    const double e = relative_error(w.grad().to(torch::kDouble), want);
+    std::printf("fp32 weight gradient %lld x %lld: relative error %.2e against fp64\n",
+                static_cast<long long>(out), static_cast<long long>(in), e);
+    EXPECT_LT(e, 1e-4) << out << " x " << in;
   }
 }
 
