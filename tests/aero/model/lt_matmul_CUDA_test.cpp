@@ -3,9 +3,9 @@
 // against the two ops it replaces, in values and through autograd; that it
 // applies at the models' shapes (so the fast path is the one measured); and
 // that it declines what it does not take; fp32 weight gradients made in
-// fp32; mm(), the tuned GEMM linear.cpp
-// runs its products on, against fp32 in every operand layout, accumulating,
-// in fp32, with a bias, and first used inside a CUDA graph capture.
+// fp32; mm(), the tuned GEMM linear.cpp runs its products on, against fp32
+// in every operand layout, accumulating, in fp32, with a bias, and first
+// used inside a CUDA graph capture.
 #include "aero/model/linear.h"
 #include "aero/model/lt_matmul.h"
 #include "core/device/cuda_graph.h"
