@@ -2,7 +2,7 @@
 // of every R-th row of its block's run, R = threads / (width / 8), with
 // four loads in flight, and keeps 8 fp32 sums; the R partial sums of each
 // column are added in shared memory in a fixed order. Pass 2: a thread per
-// column (8 a column, then in order) adds the blocks' rows.
+// column (32 a column, then in order) adds the blocks' rows.
 #include "aero/model/kernels/column_sum_kernels.h"
 
 #include <cuda_bf16.h>
