@@ -86,43 +86,59 @@ std::vector<BallQueryResult> grid_search(const at::Tensor& points, const at::Ten
   const auto p = points.contiguous(), q = queries.contiguous();
   const int64_t b = p.size(0), n = p.size(1), m = q.size(1);
   const auto lo = p.amin(1).contiguous(), hi = p.amax(1).contiguous();
-  // Fine cells: on the H200 at 200k points and the volume config's scales
-  // (K up to 128) 2 points a cell took 22.4 ms, 16 took 29.1, 64 took 50.7.
-  const int64_t per_cell =
-      points_per_cell > 0 ? points_per_cell : std::max<int64_t>(2, largest_k(scales) / 64);
-  const kq::Grid grid{lo.data_ptr<float>(), hi.data_ptr<float>(),
-                      std::max<int64_t>(1, n / per_cell)};
-  const auto int32 = p.options().dtype(at::kInt);
-  auto point_cells = at::empty({b, n}, int32);
-  kq::cell_of(grid, p.data_ptr<float>(), b, n, point_cells.data_ptr<int32_t>(), stream);
-  // (The optional<bool> spelled out: a plain `true` would pick the
-  // (dim, descending) overload.)
-  const auto [sorted_cells, order] =
-      at::sort(point_cells, c10::optional<bool>(true), /*dim=*/1, /*descending=*/false);
-  const auto cell_ids = at::arange(grid.max_cells + 1, int32).expand({b, grid.max_cells + 1});
-  const auto cell_start = at::searchsorted(sorted_cells, cell_ids.contiguous()).contiguous();
-  auto sorted = at::empty({b, n, 4}, p.options());
-  const auto order64 = order.contiguous();
-  kq::pack(p.data_ptr<float>(), order64.data_ptr<int64_t>(), b, n, sorted.data_ptr<float>(),
-           stream);
-  // The queries are searched in cell order, for locality. Where they are the
-  // points themselves (the models' case) the points' order is that order.
-  at::Tensor query_order = order;
-  if (q.data_ptr() != p.data_ptr() || m != n) {
-    auto query_cells = at::empty({b, m}, int32);
-    kq::cell_of(grid, q.data_ptr<float>(), b, m, query_cells.data_ptr<int32_t>(), stream);
-    query_order = std::get<1>(
-        at::sort(query_cells, c10::optional<bool>(false), /*dim=*/1, /*descending=*/false));
+  // The levels' cells (kernels/ball_query_kernels.h, Level): on average 1/8
+  // (at most 2^25 cells), 1, 8 and 64 points a cell, each 8 times the last,
+  // so every query finds one within a factor 8 of the density it wants; or
+  // one level of points_per_cell (for tuning and tests).
+  std::vector<int64_t> level_cells;
+  if (points_per_cell > 0) {
+    level_cells.push_back(std::max<int64_t>(1, n / points_per_cell));
+  } else {
+    level_cells = {std::min<int64_t>(8 * n, int64_t{1} << 25), n, std::max<int64_t>(1, n / 8),
+                   std::max<int64_t>(1, n / 64)};
   }
-
+  const auto int32 = p.options().dtype(at::kInt);
   kq::Search s;
-  s.grid = grid;
+  std::vector<at::Tensor> keep;  // the levels' buffers, alive until the search is enqueued
+  at::Tensor query_order;
+  for (const int64_t cells : level_cells) {
+    const kq::Grid grid{lo.data_ptr<float>(), hi.data_ptr<float>(), cells};
+    auto point_cells = at::empty({b, n}, int32);
+    kq::cell_of(grid, p.data_ptr<float>(), b, n, point_cells.data_ptr<int32_t>(), stream);
+    // (The optional<bool> spelled out: a plain `true` would pick the
+    // (dim, descending) overload.)
+    const auto [sorted_cells, order] =
+        at::sort(point_cells, c10::optional<bool>(true), /*dim=*/1, /*descending=*/false);
+    const auto cell_ids = at::arange(cells + 1, int32).expand({b, cells + 1});
+    const auto cell_start = at::searchsorted(sorted_cells, cell_ids.contiguous()).contiguous();
+    auto sorted = at::empty({b, n, 4}, p.options());
+    const auto order64 = order.contiguous();
+    kq::pack(p.data_ptr<float>(), order64.data_ptr<int64_t>(), b, n, sorted.data_ptr<float>(),
+             stream);
+    // The queries are searched in the cell order of the level of about one
+    // point a cell, for locality. Where they are the points themselves (the
+    // models' case) the points' order is that order.
+    if (!query_order.defined() || cells == n) {
+      query_order = order64;
+      if (q.data_ptr() != p.data_ptr() || m != n) {
+        auto query_cells = at::empty({b, m}, int32);
+        kq::cell_of(grid, q.data_ptr<float>(), b, m, query_cells.data_ptr<int32_t>(), stream);
+        query_order = std::get<1>(at::sort(query_cells, c10::optional<bool>(false), /*dim=*/1,
+                                           /*descending=*/false))
+                          .contiguous();
+      }
+    }
+    s.levels[s.num_levels++] = {grid, sorted.data_ptr<float>(), cell_start.data_ptr<int64_t>()};
+    keep.push_back(sorted);
+    keep.push_back(cell_start);
+  }
+  // Each query takes the coarsest level with at most K/64 points in its cell
+  // (ball_query_bench at 200k points, K 128: 4.91 ms; K/16 5.43, K/32 5.34,
+  // K/128 5.45).
+  s.max_cell_points = static_cast<int>(std::max<int64_t>(1, largest_k(scales) / 64));
   s.points = p.data_ptr<float>();
-  s.sorted = sorted.data_ptr<float>();
-  s.cell_start = cell_start.data_ptr<int64_t>();
   s.queries = q.data_ptr<float>();
-  const auto query_order64 = query_order.contiguous();
-  s.query_order = query_order64.data_ptr<int64_t>();
+  s.query_order = query_order.data_ptr<int64_t>();
   s.b = b;
   s.n = n;
   s.m = m;

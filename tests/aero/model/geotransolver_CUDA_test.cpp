@@ -132,6 +132,29 @@ TEST(BallQueryKernelTest, ScalesFromOneGridSearchOnHardClouds_CUDA) {
   EXPECT_TRUE(torch::equal(r[1].indices.cpu()[0][49], torch::arange(3, torch::kLong)));
 }
 
+// The search's levels (grids of several cell sizes, each query on the one
+// that suits its density) are only a choice of work: on a cloud dense in
+// one place and sparse elsewhere, every single grid gives the levels'
+// neighbours bit for bit.
+TEST(BallQueryKernelTest, LevelsGiveTheNeighboursOfAnyOneGrid_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  torch::manual_seed(13);
+  const auto cloud =
+      torch::cat({torch::randn({1, 6000, 3}) * 0.02, (torch::rand({1, 2000, 3}) - 0.5) * 8}, 1)
+          .cuda();
+  const std::vector<BallQueryScale> scales{{0.05, 16}, {1.0, 64}, {5.0, 128}};
+  const auto levels = ball_query_scales(cloud, cloud, scales);
+  for (const int64_t per_cell : {1, 8, 64}) {
+    const auto one = ball_query_scales(cloud, cloud, scales, int64_t{1} << 28, per_cell);
+    for (size_t i = 0; i < scales.size(); ++i) {
+      EXPECT_TRUE(torch::equal(one[i].indices, levels[i].indices))
+          << per_cell << " points a cell, scale " << i;
+      EXPECT_TRUE(torch::equal(one[i].neighbors, levels[i].neighbors))
+          << per_cell << " points a cell, scale " << i;
+    }
+  }
+}
+
 struct GaleStep {
   torch::Tensor out;
   std::map<std::string, torch::Tensor> grads;  // "x", "context" and every parameter

@@ -83,76 +83,117 @@ __global__ void pack_kernel(const float* __restrict__ points, const int64_t* __r
 }
 
 constexpr unsigned kFullWarp = 0xffffffffu;
+constexpr unsigned long long kNoKey = ~0ull;
 
-// (squared distance, index) order: the nearer first, on a tie the lower index.
-__device__ __forceinline__ bool before(float da, int ia, float db, int ib) {
-  return da < db || (da == db && ia < ib);
+// A candidate's sort key: (squared distance, index), the nearer first and on
+// a tie the lower index. Squared distances are never negative, so their bits
+// order as the floats do.
+__device__ __forceinline__ unsigned long long key_of(float d2, int pid) {
+  return (static_cast<unsigned long long>(__float_as_uint(d2)) << 32) | static_cast<unsigned>(pid);
+}
+__device__ __forceinline__ float distance2_of(unsigned long long key) {
+  return __uint_as_float(static_cast<unsigned>(key >> 32));
 }
 
-// A query's best so far, sorted ascending in (squared distance, index),
-// spread over a warp's registers: lane l holds positions l E .. l E + E - 1
-// of 32 E. The first 32 E - K positions hold sentinels (-inf, -1), which come
-// before every point and so never move; the list proper is the last K
-// positions, unfilled ones (+inf, INT_MAX), and its K-th entry is always lane
-// 31's last. No position is looked up at run time: an array indexed so would
-// live in local memory, and each insert would go through it (the first form
-// of this list did, 28 GB of L2 traffic a step at 200k points). Inserting a
-// point is a warp-wide shift by one: no memory, and no order in which points
-// must arrive.
-template <int E>
-struct WarpList {
-  float d[E];
-  int id[E];
-  int lane;
+// A query's candidates, in C slots of shared memory (the warp's own): the
+// visited points within the radius that may still be among its K nearest.
+// Points are appended 32 at a time, unsorted; the slots are sorted (a
+// bitonic network over the warp) and cut to the K best only when they fill,
+// when a shell ends with more than K (so the next, larger shell is filtered
+// by the K-th), and once at the end. Cutting keeps the K best of all points
+// offered so far, so the end result is exact. (The first form kept a sorted
+// list in registers and inserted one point at a time, each insert a
+// warp-wide shift: ~300 inserts a query at K 128, the search's whole cost.)
+template <int C>
+struct Candidates {
+  unsigned long long* slot;
+  int lane, k;
+  int count = 0;  // the same on every lane
+  // The K-th kept at the last cut: nothing at or above it can be among the K.
+  unsigned long long cut = kNoKey;
+  bool sorted = true;
 
-  __device__ WarpList(int lane_, int k) : lane(lane_) {
-#pragma unroll
-    for (int s = 0; s < E; ++s) {
-      const bool sentinel = lane * E + s < 32 * E - k;
-      d[s] = sentinel ? -INFINITY : INFINITY;
-      id[s] = sentinel ? -1 : INT_MAX;
+  __device__ Candidates(unsigned long long* slots, int lane_, int k_)
+      : slot(slots), lane(lane_), k(k_) {}
+
+  // Sorts the slots (a bitonic network over the next power of two) and keeps
+  // the first K.
+  __device__ void sort_and_cut() {
+    int p = 32;
+    while (p < count) p <<= 1;
+    for (int i = count + lane; i < p; i += 32) slot[i] = kNoKey;
+    __syncwarp();
+    for (int size = 2; size <= p; size <<= 1) {
+      for (int stride = size >> 1; stride > 0; stride >>= 1) {
+        for (int t = lane; t < p / 2; t += 32) {
+          const int i = 2 * t - (t & (stride - 1)), j = i + stride;
+          const unsigned long long a = slot[i], b = slot[j];
+          if ((a > b) == ((i & size) == 0)) {
+            slot[i] = b;
+            slot[j] = a;
+          }
+        }
+        __syncwarp();
+      }
     }
+    if (count >= k) {
+      count = k;
+      cut = slot[k - 1];
+    }
+    sorted = true;
   }
 
-  // Every lane calls it with the same (cd, ci), which must come before the
-  // K-th entry.
-  __device__ void insert(float cd, int ci) {
+  // Every lane calls it: its point (if `ok`) and key.
+  __device__ void offer(bool ok, unsigned long long key) {
+    bool take = ok && key < cut;
+    unsigned mask = __ballot_sync(kFullWarp, take);
+    if (mask == 0u) return;
+    if (count + __popc(mask) > C) {
+      sort_and_cut();
+      take = ok && key < cut;
+      mask = __ballot_sync(kFullWarp, take);
+    }
+    if (take) slot[count + __popc(mask & ((1u << lane) - 1u))] = key;
+    count += __popc(mask);
+    sorted = sorted && mask == 0u;
+  }
+
+  // How many candidates lie nearer than sqrt(d2).
+  __device__ int nearer_than(float d2) {
+    __syncwarp();
     int c = 0;
-#pragma unroll
-    for (int s = 0; s < E; ++s) c += before(d[s], id[s], cd, ci) ? 1 : 0;
-    const int pos = int(__reduce_add_sync(kFullWarp, unsigned(c)));
-    const float up_d = __shfl_up_sync(kFullWarp, d[E - 1], 1);
-    const int up_i = __shfl_up_sync(kFullWarp, id[E - 1], 1);
-#pragma unroll
-    for (int s = E - 1; s >= 0; --s) {
-      const int j = lane * E + s;
-      const float prev_d = s > 0 ? d[s > 0 ? s - 1 : 0] : up_d;
-      const int prev_i = s > 0 ? id[s > 0 ? s - 1 : 0] : up_i;
-      d[s] = j > pos ? prev_d : (j == pos ? cd : d[s]);
-      id[s] = j > pos ? prev_i : (j == pos ? ci : id[s]);
-    }
-  }
-
-  // The K-th entry, on every lane.
-  __device__ void kth(float& dk, int& ik) const {
-    dk = __shfl_sync(kFullWarp, d[E - 1], 31);
-    ik = __shfl_sync(kFullWarp, id[E - 1], 31);
+    for (int i = lane; i < count; i += 32) c += distance2_of(slot[i]) < d2 ? 1 : 0;
+    return int(__reduce_add_sync(kFullWarp, unsigned(c)));
   }
 };
 
 // One warp per query (all its control flow is the warp's, so every lane
 // takes part in each shuffle): its lanes take 32 of a run's points at a
-// time, and the points nearer than the list's K-th go into it one by one.
-template <int E>
-__global__ void __launch_bounds__(kThreads) search_kernel(Search s) {
+// time and offer those within the radius to the query's candidates.
+template <int C>
+__global__ void __launch_bounds__(kThreads, 8) search_kernel(Search s) {
+  __shared__ unsigned long long slots[kThreads / 32][C];
   const int64_t batch = blockIdx.y;
   const int lane = threadIdx.x & 31;
   const int64_t t = (int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 5;
   if (t >= s.m) return;  // the whole warp
-  const Geometry g = geometry_of(s.grid, batch);
   const int64_t qi = s.query_order[batch * s.m + t];
   const float* qp = s.queries + 3 * (batch * s.m + qi);
   const float q[3] = {qp[0], qp[1], qp[2]};
+  // The level: the coarsest whose cell around the query is not too full.
+  int level = 0;
+  for (int l = s.num_levels - 1; l > 0; --l) {
+    const Geometry gl = geometry_of(s.levels[l].grid, batch);
+    const int64_t* st = s.levels[l].cell_start + batch * (s.levels[l].grid.max_cells + 1);
+    const int cell = (axis_cell(gl, 2, q[2]) * gl.dims[1] + axis_cell(gl, 1, q[1])) * gl.dims[0] +
+                     axis_cell(gl, 0, q[0]);
+    if (st[cell + 1] - st[cell] <= s.max_cell_points) {
+      level = l;
+      break;
+    }
+  }
+  const Level& lv = s.levels[level];
+  const Geometry g = geometry_of(lv.grid, batch);
   const int c[3] = {axis_cell(g, 0, q[0]), axis_cell(g, 1, q[1]), axis_cell(g, 2, q[2])};
   float radius = 0.f;
   int k = 0;
@@ -160,52 +201,73 @@ __global__ void __launch_bounds__(kThreads) search_kernel(Search s) {
     radius = fmaxf(radius, s.scales[i].radius);
     k = max(k, s.scales[i].k);
   }
-  const float4* pts = reinterpret_cast<const float4*>(s.sorted) + batch * s.n;
-  const int64_t* start = s.cell_start + batch * (s.grid.max_cells + 1);
-  WarpList<E> best(lane, k);
-  float kth_d = INFINITY;  // the K-th entry: what a point must come before
-  int kth_i = INT_MAX;
+  const float4* pts = reinterpret_cast<const float4*>(lv.sorted) + batch * s.n;
+  const int64_t* start = lv.cell_start + batch * (lv.grid.max_cells + 1);
+  Candidates<C> best(slots[threadIdx.x >> 5], lane, k);
 
-  const auto visit = [&](int64_t first_cell, int64_t last_cell) {  // cells [first, last]
-    const int64_t end = start[last_cell + 1];
-    for (int64_t j0 = start[first_cell]; j0 < end; j0 += 32) {
-      const int64_t j = j0 + lane;
-      float d2 = INFINITY;
-      int pid = INT_MAX;
-      if (j < end) {
-        const float4 p = pts[j];
-        const float dx = q[0] - p.x, dy = q[1] - p.y, dz = q[2] - p.z;
-        // Rounded as the reference computes it (no fused multiply-adds).
-        d2 = __fadd_rn(__fadd_rn(__fmul_rn(dx, dx), __fmul_rn(dy, dy)), __fmul_rn(dz, dz));
-        pid = __float_as_int(p.w);
-      }
-      const bool within = j < end && sqrtf(d2) <= radius;
-      unsigned mask = __ballot_sync(kFullWarp, within && before(d2, pid, kth_d, kth_i));
-      while (mask != 0u) {
-        const int src = __ffs(mask) - 1;
-        best.insert(__shfl_sync(kFullWarp, d2, src), __shfl_sync(kFullWarp, pid, src));
-        best.kth(kth_d, kth_i);
-        mask &= ~(1u << src);
-        mask &= __ballot_sync(kFullWarp, within && before(d2, pid, kth_d, kth_i));
-      }
+  const auto offer = [&](int64_t j, bool valid) {  // sorted point j, if valid
+    float d2 = INFINITY;
+    int pid = INT_MAX;
+    if (valid) {
+      const float4 p = pts[j];
+      const float dx = q[0] - p.x, dy = q[1] - p.y, dz = q[2] - p.z;
+      // Rounded as the reference computes it (no fused multiply-adds).
+      d2 = __fadd_rn(__fadd_rn(__fmul_rn(dx, dx), __fmul_rn(dy, dy)), __fmul_rn(dz, dz));
+      pid = __float_as_int(p.w);
     }
+    best.offer(valid && sqrtf(d2) <= radius, key_of(d2, pid));
   };
 
   for (int h = 0;; ++h) {
-    // Shell h: the cells at Chebyshev distance h from the query's. A run of
-    // cells along x is a run of sorted points.
+    // Shell h: the cells at Chebyshev distance h from the query's, as runs
+    // of sorted points (a run of cells along x is one). A row (z, y) of the
+    // block on the shell's faces is one run, x0..x1; any other row holds the
+    // shell's cells x = c - h and c + h, where they exist. The lanes take 32
+    // rows at a time and find their runs' bounds at once (one round of
+    // loads, not one a run), then the warp takes the rows' points 32 at a
+    // time, each lane finding its point's run by a binary search over the
+    // lanes' running totals.
     const int x0 = max(c[0] - h, 0), x1 = min(c[0] + h, g.dims[0] - 1);
     const int y0 = max(c[1] - h, 0), y1 = min(c[1] + h, g.dims[1] - 1);
     const int z0 = max(c[2] - h, 0), z1 = min(c[2] + h, g.dims[2] - 1);
-    for (int z = z0; z <= z1; ++z) {
-      for (int y = y0; y <= y1; ++y) {
+    const int ny = y1 - y0 + 1, rows = ny * (z1 - z0 + 1);
+    for (int r0 = 0; r0 < rows; r0 += 32) {
+      const int r = r0 + lane;
+      int a_first = 0, a_count = 0, b_first = 0, b_count = 0;  // this lane's row: up to two runs
+      if (r < rows) {
+        const int z = z0 + r / ny, y = y0 + r % ny;
         const int64_t row = (int64_t(z) * g.dims[1] + y) * g.dims[0];
+        const auto run = [&](int64_t first_cell, int64_t last_cell, int& first, int& count) {
+          first = int(start[first_cell]);
+          count = int(start[last_cell + 1]) - first;
+        };
         if (abs(z - c[2]) == h || abs(y - c[1]) == h) {
-          visit(row + x0, row + x1);
+          run(row + x0, row + x1, a_first, a_count);
         } else {
-          if (c[0] - h >= 0) visit(row + c[0] - h, row + c[0] - h);
-          if (c[0] + h <= g.dims[0] - 1) visit(row + c[0] + h, row + c[0] + h);
+          if (c[0] - h >= 0) run(row + c[0] - h, row + c[0] - h, a_first, a_count);
+          if (c[0] + h <= g.dims[0] - 1) run(row + c[0] + h, row + c[0] + h, b_first, b_count);
         }
+      }
+      int upto = a_count + b_count;  // the points of rows r0 .. r, inclusive
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const int v = __shfl_up_sync(kFullWarp, upto, d);
+        if (lane >= d) upto += v;
+      }
+      const int before = upto - a_count - b_count;
+      const int total = __shfl_sync(kFullWarp, upto, 31);
+      for (int o0 = 0; o0 < total; o0 += 32) {
+        const int o = min(o0 + lane, total - 1);
+        int owner = 0;  // the first lane whose running total passes o
+#pragma unroll
+        for (int step = 16; step > 0; step >>= 1) {
+          if (__shfl_sync(kFullWarp, upto, owner + step - 1) <= o) owner += step;
+        }
+        const int at = o - __shfl_sync(kFullWarp, before, owner);
+        const int na = __shfl_sync(kFullWarp, a_count, owner);
+        const int fa = __shfl_sync(kFullWarp, a_first, owner);
+        const int fb = __shfl_sync(kFullWarp, b_first, owner);
+        offer(at < na ? fa + at : fb + at - na, o0 + lane < total);
       }
     }
     // The nearest an unvisited cell can be: the distance to the nearest face
@@ -220,20 +282,21 @@ __global__ void __launch_bounds__(kThreads) search_kernel(Search s) {
     if (bound == FLT_MAX) break;  // every cell visited
     bound -= g.tol;
     if (bound > radius) break;
-    if (kth_d < INFINITY && bound > 0.f && kth_d < bound * bound) break;
+    // Done once K candidates are nearer than any unvisited point can be.
+    if (best.count >= k && bound > 0.f && best.nearer_than(bound * bound) >= k) break;
+    if (best.count > k) best.sort_and_cut();
   }
+  if (!best.sorted || best.count > k) best.sort_and_cut();
 
   const float* src = s.points + batch * s.n * 3;
   for (int i = 0; i < s.num_scales; ++i) {
     const ScaleOut& o = s.scales[i];
     int64_t* out_i = o.indices + (batch * s.m + qi) * o.k;
     float* out_p = o.neighbors + (batch * s.m + qi) * o.k * 3;
-#pragma unroll
-    for (int e = 0; e < E; ++e) {
-      const int j = lane * E + e - (32 * E - k);  // the j-th nearest
-      if (j < 0 || j >= o.k) continue;
-      const bool found = best.d[e] < INFINITY && sqrtf(best.d[e]) <= o.radius;
-      const int idx = found ? best.id[e] : 0;
+    for (int j = lane; j < o.k; j += 32) {  // the j-th nearest
+      const unsigned long long key = j < best.count ? best.slot[j] : kNoKey;
+      const bool found = key != kNoKey && sqrtf(distance2_of(key)) <= o.radius;
+      const int idx = found ? int(static_cast<unsigned>(key)) : 0;
       out_i[j] = idx;
       out_p[3 * j] = found ? src[3 * idx] : 0.f;
       out_p[3 * j + 1] = found ? src[3 * idx + 1] : 0.f;
@@ -242,11 +305,11 @@ __global__ void __launch_bounds__(kThreads) search_kernel(Search s) {
   }
 }
 
-template <int E>
+template <int C>
 void launch(const Search& s, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((s.m * 32 + kThreads - 1) / kThreads),
                   static_cast<unsigned>(s.b));
-  search_kernel<E><<<grid, kThreads, 0, stream>>>(s);
+  search_kernel<C><<<grid, kThreads, 0, stream>>>(s);
   kernels::check_launch("ball query", "search_kernel");
 }
 
@@ -277,13 +340,14 @@ void search(const Search& s, void* stream) {
   int k = 0;
   for (int i = 0; i < s.num_scales; ++i) k = s.scales[i].k > k ? s.scales[i].k : k;
   const auto st = static_cast<cudaStream_t>(stream);
-  static_assert(kMaxNeighbors == 128, "the list spreads at most 4 entries over each lane");
+  // Room for K and a few batches of 32 beyond it before a cut.
+  static_assert(kMaxNeighbors == 128, "the largest candidate set holds 512");
   if (k <= 32) {
-    launch<1>(s, st);
+    launch<128>(s, st);
   } else if (k <= 64) {
-    launch<2>(s, st);
+    launch<256>(s, st);
   } else {
-    launch<4>(s, st);
+    launch<512>(s, st);
   }
 }
 

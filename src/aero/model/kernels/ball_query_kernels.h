@@ -6,17 +6,19 @@
 // One search serves every scale: the K_s nearest within r_s are the prefix
 // within r_s of the K = max K_s nearest within R = max r_s, sorted. The
 // search runs on a uniform grid over the points' bounding box, built on the
-// device every call (no host sync):
+// device every call (no host sync), at several cell sizes (Level below):
 //   1. cell_of: the cell of each point (and each query, clamped to the grid);
 //   2. the caller sorts the points by cell (a stable sort: ATen) and finds
 //      each cell's first point (searchsorted), and orders the queries by cell
 //      so that a warp's threads search neighbouring cells;
 //   3. pack: the sorted points as float4 (x, y, z, original index);
 //   4. search: one warp per query visits shells of cells in increasing
-//      Chebyshev distance, 32 points at a time, keeping its K best sorted on
-//      (squared distance, index) in the warp's registers (an insertion is a
-//      warp-wide shift), and stops once no unvisited cell can hold a point
-//      nearer than its K-th (or within R). Exact, like a scan of every point.
+//      Chebyshev distance, 32 points at a time, gathering those within R in
+//      shared memory unsorted and keyed on (squared distance, index); it
+//      sorts them and keeps its K best only when they fill its slots, at a
+//      shell's end with more than K, and once at the end, and stops once no
+//      unvisited cell can hold a point nearer than K of them (or within R).
+//      Exact, like a scan of every point.
 // Plain C++ interface (raw device pointers, cudaStream_t as void*), like
 // slice_kernels.h.
 #pragma once
@@ -57,13 +59,29 @@ void cell_of(const Grid& grid, const float* xyz, int64_t b, int64_t n, int32_t* 
 void pack(const float* points, const int64_t* order, int64_t b, int64_t n, float* sorted,
           void* stream);
 
-struct Search {
+// One grid of the search: its cells, the points sorted by cell (from pack)
+// and each cell's first sorted point.
+struct Level {
   Grid grid;
+  const float* sorted = nullptr;        // (b, n, 4) from pack
+  const int64_t* cell_start = nullptr;  // (b, max_cells + 1)
+};
+
+// The most grids one search takes. Points of a CFD mesh are far denser near
+// the wall than away from it (the synthetic volume: ~180 times), so no one
+// cell size suits every query: the levels are grids of growing cells, and
+// each query searches the coarsest whose cell around it holds at most
+// max_cell_points points (else the finest). Any level gives the same exact
+// result; the choice only sets the work.
+constexpr int kMaxLevels = 6;
+
+struct Search {
+  Level levels[kMaxLevels];  // finest first
+  int num_levels = 0;
+  int max_cell_points = 1;
   const float* points = nullptr;         // (b, n, 3), original order
-  const float* sorted = nullptr;         // (b, n, 4) from pack
-  const int64_t* cell_start = nullptr;   // (b, max_cells + 1): first sorted point of each cell
   const float* queries = nullptr;        // (b, m, 3)
-  const int64_t* query_order = nullptr;  // (b, m): queries sorted by cell
+  const int64_t* query_order = nullptr;  // (b, m): queries in an order that keeps warps near
   int64_t b = 0, n = 0, m = 0;
   ScaleOut scales[kMaxScales];
   int num_scales = 0;
