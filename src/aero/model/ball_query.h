@@ -46,8 +46,10 @@ struct BallQueryScale {
 };
 
 // One result per scale, in order. Every K <= N; at most 8 scales on CUDA.
-// points_per_cell sets the CUDA grid's density (0: max(2, max K / 64)),
-// for tuning.
+// points_per_cell > 0 makes the CUDA search use one grid of that many
+// points a cell on average (for tuning and tests); 0, the default, its four
+// grids of 1/8 to 64 (kernels/ball_query_kernels.h, Level). The result is
+// the same either way.
 std::vector<BallQueryResult> ball_query_scales(const at::Tensor& points, const at::Tensor& queries,
                                                const std::vector<BallQueryScale>& scales,
                                                int64_t max_elements = int64_t{1} << 28,
