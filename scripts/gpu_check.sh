@@ -32,6 +32,7 @@
 #              scripts/wgmma_rate.cu: the time of one product for small N
 #   slices     build-gpu/bench/slice_kernels_bench at 200k points, head sizes SLICE_DIMS (default
 #              "56 32"), with the mma.sync kernels (SLIPSTREAM_SLICE_KERNELS=mma) and the wgmma ones
+#              (SLICE_KERNELS: those of "mma wgmma" to run)
 #   gemm       cuBLAS (through PyTorch) per operand layout at the GALE layer's shapes, and
 #              lt_matmul_bench (cuBLASLt's residual epilogue against linear + add) where built
 #   ab         the same bench (AB_MODEL, default geotransolver_volume; AB_POINTS, AB_OPTIMIZER) on this tree and on a
@@ -321,7 +322,8 @@ stage_profile() {
   log "profile: where the GPU sits idle"
   python3 scripts/trace_gaps.py runs/bench-profile-kernel_trace.json 10 16 2>&1 | tee -a "$OUT/summary.txt"
   log "profile: the small kernels"
-  python3 scripts/trace_small.py runs/bench-profile-kernel_trace.json 10 2>&1 | tee -a "$OUT/summary.txt"
+  python3 scripts/trace_small.py runs/bench-profile-kernel_trace.json 10 ${PROFILE_SMALL:-25} 2>&1 \
+    | tee -a "$OUT/summary.txt"
 }
 
 stage_wgmma() {
@@ -341,7 +343,7 @@ stage_wgmma() {
 
 stage_slices() {
   local k d
-  for k in mma wgmma; do
+  for k in ${SLICE_KERNELS:-mma wgmma}; do
     for d in ${SLICE_DIMS:-56 32}; do
       log "slices: SLIPSTREAM_SLICE_KERNELS=$k, dim_head $d"
       SLIPSTREAM_SLICE_KERNELS=$k build-gpu/bench/slice_kernels_bench 200000 20 "$d" 2>&1 | tee -a "$OUT/summary.txt"

@@ -6,7 +6,7 @@ the kernels (copies and memsets included) per step, how many of them and
 how much device time run under 5, 10, 20 and 50 us, and the 25 commonest
 kernels under 20 us: in a CUDA graph each still costs its launch ramp and a
 gap of about a microsecond, which a per-kernel time table hides.
-Usage: trace_small.py TRACE.json [STEPS]
+Usage: trace_small.py TRACE.json [STEPS] [COMMONEST (default 25)]
 """
 import collections
 import json
@@ -29,7 +29,7 @@ def main():
             name = e["name"][:90]
             count[name] += 1
             time[name] += e["dur"]
-    for name, n in count.most_common(25):
+    for name, n in count.most_common(int(sys.argv[3]) if len(sys.argv) > 3 else 25):
         print("%6.0f %7.3f ms  %s" % (n / steps, time[name] / 1e3 / steps, name))
 
 

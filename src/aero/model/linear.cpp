@@ -115,6 +115,41 @@ at::Tensor gelu_of(const at::Tensor& h) {
   return at::gelu(h);
 }
 
+// ---- widths padded to multiples of 8 ----
+// cuBLASLt (lt_matmul) takes bf16 GEMMs whose widths are multiples of 8;
+// ATen ran the others on align1 CUTLASS kernels. The GeoTransolver volume
+// step has four: its first Linears on 3 and 7 input features, its last on
+// 5 outputs; at 200k rows one such forward took 0.143 ms on an H200, ~3x
+// the time to write its output, 1.2 ms a step with their gradients
+// (bench --profile). Padded with zero columns (a zero column adds exact
+// zeros to every fp32 sum) they run on cuBLASLt's aligned kernels instead;
+// the pads and the unpadded copies of the results are copies of a few MB.
+
+int64_t up8(int64_t n) { return (n + 7) / 8 * 8; }
+
+// True on CUDA for bf16 operands of a weight (out, in) with in or out not a
+// multiple of 8.
+bool pads(const at::Tensor& t, const at::Tensor& w) {
+  return t.is_cuda() && t.scalar_type() == at::kBFloat16 && w.scalar_type() == at::kBFloat16 &&
+         w.dim() == 2 && (w.size(0) % 8 != 0 || w.size(1) % 8 != 0);
+}
+
+// m (rows, n) with zero columns up to `to`; m itself when n == to.
+at::Tensor pad_columns(const at::Tensor& m, int64_t to) {
+  return to == m.size(-1) ? m : at::constant_pad_nd(m, {0, to - m.size(-1)});
+}
+
+// w (out, in) with zero rows and columns up to multiples of 8.
+at::Tensor padded_weight(const at::Tensor& w) {
+  return at::constant_pad_nd(w, {0, up8(w.size(1)) - w.size(1), 0, up8(w.size(0)) - w.size(0)});
+}
+
+// The first rows x cols block of m, contiguous (m itself when it is that).
+at::Tensor unpadded(const at::Tensor& m, int64_t rows, int64_t cols) {
+  if (m.size(0) == rows && m.size(1) == cols) return m;
+  return m.narrow(0, 0, rows).narrow(1, 0, cols).contiguous();
+}
+
 // The weight gradient g^T in, (out, in), in w_dtype. For fp32 weights the
 // product goes to cuBLASLt with an fp32 output (accumulated in fp32 either
 // way), which makes the gradient in its final type and layout: no cast or
@@ -132,6 +167,14 @@ at::Tensor gelu_of(const at::Tensor& h) {
 at::Tensor weight_grad(const at::Tensor& g, const at::Tensor& in, at::ScalarType w_dtype) {
   const auto lt_dtype = g.scalar_type();
   at::Tensor r;
+  if (g.is_cuda() && lt_dtype == at::kBFloat16 && in.scalar_type() == at::kBFloat16 &&
+      (g.size(1) % 8 != 0 || in.size(1) % 8 != 0)) {
+    // Widths padded (above): (out8, in8), its (out, in) block kept.
+    const auto gp = pad_columns(g, up8(g.size(1))), ip = pad_columns(in, up8(in.size(1)));
+    if (lt_matmul::mm(gp.t(), ip, {}, {}, r, w_dtype == at::kFloat ? at::kFloat : lt_dtype)) {
+      return unpadded(r, g.size(1), in.size(1)).to(w_dtype);
+    }
+  }
   // fp32 weights from bf16 products: cuBLASLt writes the fp32 (out, in)
   // itself where, tuned, it beats ATen's bf16 GEMM and its cast.
   if (w_dtype == at::kFloat && lt_dtype == at::kBFloat16 &&
@@ -152,6 +195,16 @@ at::Tensor weight_grad(const at::Tensor& g, const at::Tensor& in, at::ScalarType
 // ran at 621 TFLOP/s that way against 326 as w, the (1792 x 448) at 722
 // against 671; the (448 x 1792) at 544 against 552, so it keeps w.
 at::Tensor input_grad(const at::Tensor& g, const at::Tensor& w, const at::Tensor& acc = {}) {
+  if (!acc.defined() && pads(g, w)) {
+    // Widths padded (above): g (rows, out8) times w (out8, in8), its first
+    // `in` columns kept.
+    const auto wp = padded_weight(w);
+    const auto bp = wp.size(0) >= wp.size(1) ? wp.t().contiguous().t() : wp;
+    at::Tensor out;
+    if (lt_matmul::mm(pad_columns(g, wp.size(0)), bp, {}, {}, out, g.scalar_type())) {
+      return unpadded(out, out.size(0), w.size(1));
+    }
+  }
   const auto b = w.size(0) >= w.size(1) ? w.t().contiguous().t() : w;
   at::Tensor out = acc;  // accumulated in place on cuBLASLt
   if (lt_matmul::mm(g, b, {}, acc, out, g.scalar_type())) return out;
@@ -172,11 +225,20 @@ at::Tensor linear_plus(const at::Tensor& x, const at::Tensor& w, const at::Tenso
     if (lt_matmul::linear_residual(x, w, b, r, y)) return y;
     return at::linear(x, w, b) + r;
   }
-  if (x.dim() >= 1 && x.numel() > 0 && x.is_contiguous() && w.dim() == 2 &&
-      lt_matmul::mm(x.view({-1, x.size(-1)}), w.t(), b, {}, y, x.scalar_type())) {
+  if (x.dim() >= 1 && x.numel() > 0 && x.is_contiguous() && w.dim() == 2) {
     auto sizes = x.sizes().vec();
     sizes.back() = w.size(0);
-    return y.view(sizes);
+    const auto x2 = x.view({-1, x.size(-1)});
+    if (lt_matmul::mm(x2, w.t(), b, {}, y, x.scalar_type())) return y.view(sizes);
+    if (pads(x, w) && (!b.defined() || b.scalar_type() == at::kBFloat16)) {
+      // Widths padded (above): (rows, in8) (in8, out8), its first `out`
+      // columns kept.
+      const auto wp = padded_weight(w);
+      const auto bp = b.defined() ? pad_columns(b, wp.size(0)) : b;
+      if (lt_matmul::mm(pad_columns(x2, wp.size(1)), wp.t(), bp, {}, y, x.scalar_type())) {
+        return unpadded(y, y.size(0), w.size(0)).view(sizes);
+      }
+    }
   }
   return at::linear(x, w, b);
 }

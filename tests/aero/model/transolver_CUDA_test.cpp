@@ -31,6 +31,46 @@ namespace {
 
 using testing::relative_error;
 
+// linear on CUDA in bf16 with widths that are not multiples of 8 (the
+// models' first Linears on 3 and 7 features, the last on 5 outputs), which
+// linear.cpp pads with zero columns for cuBLASLt: the output and every
+// gradient against the fp32 product within bf16 rounding, and the output
+// against ATen's own bf16 at::linear as closely.
+TEST(LinearCudaTest, WidthsNotMultiplesOf8MatchTheFp32Product_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  for (const auto& [in, out] :
+       std::vector<std::pair<int64_t, int64_t>>{{7, 512}, {3, 256}, {448, 5}, {13, 21}}) {
+    torch::manual_seed(in * 100 + out);
+    const auto opts = torch::dtype(torch::kBFloat16).device(torch::kCUDA);
+    const auto x0 = torch::randn({1, 20001, in}, opts);
+    const auto w0 = torch::randn({out, in}, opts) / std::sqrt(static_cast<double>(in));
+    const auto b0 = torch::randn({out}, opts) * 0.1;
+    const auto up = torch::randn({1, 20001, out}, opts);
+    auto x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+    auto b = b0.clone().requires_grad_(true);
+    const auto y = linear(x, w, b);
+    ASSERT_EQ(y.sizes(), (std::vector<int64_t>{1, 20001, out}));
+    (y.to(torch::kFloat) * up.to(torch::kFloat)).sum().backward();
+    auto xr = x0.to(torch::kFloat).requires_grad_(true);
+    auto wr = w0.to(torch::kFloat).requires_grad_(true);
+    auto br = b0.to(torch::kFloat).requires_grad_(true);
+    const auto yr = torch::nn::functional::linear(xr, wr, br);
+    (yr * up.to(torch::kFloat)).sum().backward();
+    const double ey = relative_error(y.to(torch::kFloat), yr);
+    const double eaten = relative_error(at::linear(x0, w0, b0).to(torch::kFloat), yr);
+    const double ex = relative_error(x.grad().to(torch::kFloat), xr.grad());
+    const double ew = relative_error(w.grad().to(torch::kFloat), wr.grad());
+    const double eb = relative_error(b.grad().to(torch::kFloat), br.grad());
+    std::printf(
+        "linear %ld -> %ld: relative error y %.2e (ATen bf16 %.2e), x %.2e, W %.2e, b %.2e\n",
+        static_cast<long>(in), static_cast<long>(out), ey, eaten, ex, ew, eb);
+    EXPECT_LT(ey, std::max(2 * eaten, 5e-3)) << in << " -> " << out;
+    EXPECT_LT(ex, 1e-2) << in << " -> " << out;
+    EXPECT_LT(ew, 1e-2) << in << " -> " << out;
+    EXPECT_LT(eb, 1e-2) << in << " -> " << out;
+  }
+}
+
 // gelu_linear on CUDA in bf16, where GELU's forward, and its backward and
 // recompute, run as gelu_kernels.h's kernels, against linear(gelu(h))
 // through ATen's GELU kernels: the output bitwise (the forward kernel
