@@ -455,6 +455,12 @@ GeoTransolverImpl::GeoTransolverImpl(GeoTransolverOptions o) : options_(std::mov
       torch::nn::Sequential(torch::nn::LayerNorm(torch::nn::LayerNormOptions({width})),
                             torch::nn::Linear(width, op.out_dim)));
   set_mlp_recompute_gelu(*this, op.mlp_recompute_gelu);
+  TORCH_CHECK(op.mlp_keep_gelu_layers >= 0 && op.mlp_keep_gelu_layers <= op.n_layers,
+              "model: mlp_keep_gelu_layers must be in [0, n_layers = ", op.n_layers, "], got ",
+              op.mlp_keep_gelu_layers);
+  for (int64_t i = op.n_layers - op.mlp_keep_gelu_layers; i < op.n_layers; ++i) {
+    blocks[i]->as<GaleBlock>()->ln_mlp1[1]->as<Mlp>()->keep_gelu = true;
+  }
 }
 
 torch::Tensor GeoTransolverImpl::Preprocess::run(const torch::Tensor& x) {

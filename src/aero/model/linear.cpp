@@ -73,22 +73,26 @@ bool fused_gelu_backward(const at::Tensor& h, at::Tensor& g, at::Tensor& a) {
 }
 
 // The same on a (rows, width) h and g, with gb = the column sums of the new
-// g (the bias gradient of the Linear that made h) from the same pass.
+// g (the bias gradient of the Linear that made h) from the same pass. With
+// a already defined (gelu(h), kept from the forward) it is left as it is
+// and the pass writes no gelu(h).
 bool fused_gelu_backward_sums(const at::Tensor& h, at::Tensor& g, at::Tensor& a, at::Tensor& gb) {
 #ifdef SLIPSTREAM_WITH_CUDA
   if (h.is_cuda() && h.scalar_type() == at::kBFloat16 && g.scalar_type() == at::kBFloat16 &&
       h.is_contiguous() && g.is_contiguous() && h.dim() == 2) {
     const int64_t rows = h.size(0), width = h.size(1);
-    auto out = at::empty_like(h);
-    if (gelu_kernels::sums_supported(h.data_ptr(), g.data_ptr(), out.data_ptr(), width)) {
+    const bool kept = a.defined();
+    auto out = kept ? at::Tensor() : at::empty_like(h);
+    void* out_ptr = kept ? nullptr : out.data_ptr();
+    if (gelu_kernels::sums_supported(h.data_ptr(), g.data_ptr(), out_ptr, width)) {
       const c10::cuda::CUDAGuard guard(h.device());
       const auto f32 = h.options().dtype(at::kFloat);
       auto partial = at::empty({gelu_kernels::sums_partial_rows(rows, width), width}, f32);
       gb = at::empty({width}, f32);
       gelu_kernels::backward_and_forward_sums(
-          h.data_ptr(), g.data_ptr(), out.data_ptr(), rows, width, partial.data_ptr<float>(),
+          h.data_ptr(), g.data_ptr(), out_ptr, rows, width, partial.data_ptr<float>(),
           gb.data_ptr<float>(), at::cuda::getCurrentCUDAStream(h.get_device()).stream());
-      a = out;
+      if (!kept) a = out;
       return true;
     }
   }
@@ -281,24 +285,31 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
 };
 
 // linear(gelu(linear(x, w1, b1)), w2, b2), keeping x and the hidden layer h
-// for the backward (GELU recomputed there, as in gelu_linear), which makes
-// h's gradient and the first bias's gradient in one pass (on CUDA for bf16)
+// for the backward (GELU recomputed there, as in gelu_linear; with
+// `keep_gelu` gelu(h) is kept too and not recomputed), which makes h's
+// gradient and the first bias's gradient in one pass (on CUDA for bf16)
 // rather than summing the (rows, hidden) gradient again. With `residual`, r
 // is added to the result (as in LinearFunction).
 class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_in, const at::Tensor& w1_in,
                             const at::Tensor& b1_in, const at::Tensor& w2_in,
-                            const at::Tensor& b2_in, const at::Tensor& r, bool residual) {
+                            const at::Tensor& b2_in, const at::Tensor& r, bool residual,
+                            bool keep_gelu) {
     const auto x = autocast_input(x_in), w1 = autocast_input(w1_in), w2 = autocast_input(w2_in);
     const auto h = linear_plus(x, w1, autocast_input(b1_in), x, false);
-    ctx->save_for_backward({x, h, w1, w2});
+    const auto a = gelu_of(h);
+    if (keep_gelu) {
+      ctx->save_for_backward({x, h, w1, w2, a});
+    } else {
+      ctx->save_for_backward({x, h, w1, w2});
+    }
     ctx->saved_data["w1_dtype"] = static_cast<int64_t>(w1_in.scalar_type());
     ctx->saved_data["b1_dtype"] = static_cast<int64_t>(b1_in.scalar_type());
     ctx->saved_data["w2_dtype"] = static_cast<int64_t>(w2_in.scalar_type());
     ctx->saved_data["b2_dtype"] = static_cast<int64_t>(b2_in.scalar_type());
     ctx->saved_data["residual"] = residual;
-    return linear_plus(gelu_of(h), w2, autocast_input(b2_in), r, residual);
+    return linear_plus(a, w2, autocast_input(b2_in), r, residual);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -306,14 +317,14 @@ class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
     const auto &x = saved[0], &h_in = saved[1], &w1 = saved[2], &w2 = saved[3];
     const auto h = h_in.reshape({-1, w1.size(0)});
     const auto g = grads[0].to(x.scalar_type()).reshape({-1, w2.size(0)});
-    variable_list out(7);
+    variable_list out(8);
     if (ctx->needs_input_grad(4)) out[4] = bias_grad(grads[0], g, saved_dtype(ctx, "b2_dtype"));
     if (ctx->saved_data["residual"].toBool()) out[5] = grads[0];
-    // dL/dh, gelu(h) and dL/db1.
+    // dL/dh, gelu(h) (unless kept) and dL/db1.
     auto gh = input_grad(g, w2);
-    at::Tensor a, gb1;
+    at::Tensor a = saved.size() > 4 ? saved[4].reshape({-1, w1.size(0)}) : at::Tensor(), gb1;
     if (!fused_gelu_backward_sums(h, gh, a, gb1)) {
-      a = gelu_of(h);
+      if (!a.defined()) a = gelu_of(h);
       gh = at::gelu_backward(gh, h);
       gb1 = column_sum(gh);
     }
@@ -457,10 +468,11 @@ at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor&
 }
 
 at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1,
-                    const at::Tensor& w2, const at::Tensor& b2, const at::Tensor& residual) {
+                    const at::Tensor& w2, const at::Tensor& b2, const at::Tensor& residual,
+                    bool keep_gelu) {
   TORCH_CHECK(b1.defined() && b2.defined(), "gelu_mlp: both biases must be defined");
   const bool with = residual.defined();
-  return GeluMlpFunction::apply(x, w1, b1, w2, b2, with ? residual : x, with);
+  return GeluMlpFunction::apply(x, w1, b1, w2, b2, with ? residual : x, with, keep_gelu);
 }
 
 at::Tensor gelu_linear(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& bias) {

@@ -55,9 +55,13 @@ at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor&
                     const at::Tensor& w2, const at::Tensor& b2);
 
 // gelu_mlp(x, w1, b1, w2, b2) + residual, as linear_residual adds it (one
-// GEMM on CUDA for bf16); residual undefined: gelu_mlp alone.
+// GEMM on CUDA for bf16); residual undefined: gelu_mlp alone. keep_gelu:
+// gelu(h) is kept for the backward too (one more hidden layer of memory),
+// which then reads it rather than recomputing it: the same values, and on
+// CUDA the backward's GELU pass writes one (rows, hidden) tensor less.
 at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1,
-                    const at::Tensor& w2, const at::Tensor& b2, const at::Tensor& residual);
+                    const at::Tensor& w2, const at::Tensor& b2, const at::Tensor& residual,
+                    bool keep_gelu = false);
 
 // The sum over rows of a (rows, width) tensor, accumulated in fp32 (fp64
 // for fp64 input), as described above: (width).

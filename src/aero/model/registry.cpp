@@ -65,6 +65,9 @@ ModelPtr build_geotransolver(const Config& c, const ModelShape& shape) {
   m.bf16_layer_norm = c.get<bool>("model.bf16_layer_norm");
   m.fused_attention = c.get<bool>("model.fused_attention");
   m.mlp_recompute_gelu = c.get<bool>("model.mlp_recompute_gelu");
+  if (c.has("model.mlp_keep_gelu_layers")) {
+    m.mlp_keep_gelu_layers = c.get<int64_t>("model.mlp_keep_gelu_layers");
+  }
   for (const char* k : {"model.n_layers", "model.n_hidden", "model.n_head", "model.slice_num",
                         "model.mlp_ratio", "model.n_hidden_local"}) {
     check_positive(k, c.get<int64_t>(k));

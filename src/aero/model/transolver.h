@@ -75,6 +75,10 @@ class MlpImpl : public torch::nn::Module {
   // hidden layers are kept for the backward once, before their GELU, which
   // the backward recomputes. The same values either way.
   bool recompute_gelu = false;
+  // With recompute_gelu, on the one-hidden-layer form: gelu(h) is kept for
+  // the backward too (gelu_mlp's keep_gelu), one more hidden layer of memory
+  // for one pass less over it.
+  bool keep_gelu = false;
 };
 TORCH_MODULE(Mlp);
 

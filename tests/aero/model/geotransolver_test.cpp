@@ -263,6 +263,39 @@ TEST(GeoTransolverTest, ChunkedForwardEqualsTheWholeForwardForAnyChunk) {
 // bitwise on the CPU, and the gradients to fp32 round-off (not bitwise: the
 // context's gradient is summed over the blocks in another order); the MLPs
 // in chunks of points, both to round-off.
+// model.mlp_keep_gelu_layers: the MLPs that keep gelu(h) give the same loss
+// and gradients as recomputing it, bitwise on the CPU (the same ops); a
+// count outside [0, n_layers] is an error naming the option.
+TEST(GeoTransolverTest, KeepingGeluOutputsGivesTheSameLossAndGradients) {
+  const auto f =
+      read_safetensors(testing::fixtures_dir() + "/geotransolver_small_volume.safetensors");
+  const auto points = f.at("input.geometry");
+  auto options = testing::fixture_geotransolver_options(f);
+  ASSERT_TRUE(options.mlp_recompute_gelu);
+  std::vector<std::map<std::string, torch::Tensor>> grads;
+  std::vector<double> losses;
+  for (const int64_t keep : {int64_t{0}, options.n_layers}) {
+    options.mlp_keep_gelu_layers = keep;
+    GeoTransolver model(options);
+    std::map<std::string, torch::Tensor> named(f.tensors.begin(), f.tensors.end());
+    model->load_named(named, "param.");
+    auto l =
+        model
+            ->forward(f.at("input.local_embedding"), points, points, f.at("input.global_embedding"))
+            .pow(2)
+            .mean();
+    l.backward();
+    losses.push_back(l.item<double>());
+    grads.emplace_back();
+    for (const auto& p : model->named_parameters()) grads.back()[p.key()] = p.value().grad();
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  for (const auto& [key, g] : grads[0]) EXPECT_TRUE(torch::equal(g, grads[1].at(key))) << key;
+  options.mlp_keep_gelu_layers = options.n_layers + 1;
+  const auto msg = testing::error_message_of([&] { GeoTransolver bad(options); });
+  EXPECT_NE(msg.find("mlp_keep_gelu_layers"), std::string::npos) << msg;
+}
+
 TEST(GeoTransolverTest, RecomputeGivesTheSameLossAndGradients) {
   for (const char* name :
        {"geotransolver_small_volume.safetensors", "geotransolver_small_surface.safetensors"}) {

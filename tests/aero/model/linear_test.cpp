@@ -170,6 +170,33 @@ TEST(LinearTest, GeluMlpIsLinearThenGeluLinearBitwise) {
   EXPECT_THROW(gelu_mlp(x0, w10, torch::Tensor(), w20, b20), c10::Error);
 }
 
+// gelu_mlp's keep_gelu keeps gelu(h) for the backward instead of
+// recomputing it: the same output and gradients, bitwise (CPU, fp32), with
+// a residual and without.
+TEST(LinearTest, GeluMlpKeepingGeluGivesTheRecomputedGradients) {
+  torch::manual_seed(5);
+  const auto x0 = torch::randn({2, 29, 12}), w10 = torch::randn({40, 12}) * 0.3;
+  const auto b10 = torch::randn({40}), w20 = torch::randn({12, 40}) * 0.2;
+  const auto b20 = torch::randn({12}), r0 = torch::randn({2, 29, 12});
+  const auto up = torch::randn({2, 29, 12});
+  const auto leaf = [](const torch::Tensor& t) { return t.clone().requires_grad_(true); };
+  for (const bool with_residual : {false, true}) {
+    std::vector<std::vector<torch::Tensor>> grads;
+    std::vector<torch::Tensor> outs;
+    for (const bool keep : {false, true}) {
+      auto x = leaf(x0), w1 = leaf(w10), b1 = leaf(b10), w2 = leaf(w20), b2 = leaf(b20);
+      const auto y = gelu_mlp(x, w1, b1, w2, b2, with_residual ? r0 : torch::Tensor(), keep);
+      (y * up).sum().backward();
+      outs.push_back(y.detach());
+      grads.push_back({x.grad(), w1.grad(), b1.grad(), w2.grad(), b2.grad()});
+    }
+    EXPECT_TRUE(torch::equal(outs[0], outs[1])) << with_residual;
+    for (size_t i = 0; i < grads[0].size(); ++i) {
+      EXPECT_TRUE(torch::equal(grads[0][i], grads[1][i])) << with_residual << " " << i;
+    }
+  }
+}
+
 // Off the GPU's epilogue path the residual forms are the add after the
 // function, bitwise, and the residual's gradient is the output's.
 TEST(LinearTest, ResidualFormsAreTheAddAfterwardsBitwise) {

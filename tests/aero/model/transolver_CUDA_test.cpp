@@ -194,6 +194,34 @@ TEST(GeluLinearCudaTest, GeluMlpSumsTheBiasGradientInTheGeluPass_CUDA) {
   }
 }
 
+// gelu_mlp's keep_gelu on CUDA in bf16: the backward's GELU pass then
+// writes no gelu(h) and the weight gradient reads the forward's; both
+// GELU kernels give ATen's values bitwise, so output and every gradient
+// equal the recomputing form's (to 1e-6: cuBLASLt's split-K weight
+// gradients need not repeat bitwise).
+TEST(GeluLinearCudaTest, GeluMlpKeepingGeluGivesTheRecomputedGradients_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  torch::manual_seed(9);
+  const auto opts = torch::dtype(torch::kBFloat16).device(torch::kCUDA);
+  const auto x0 = torch::randn({1, 20001, 448}, opts), r0 = torch::randn({1, 20001, 448}, opts);
+  const auto w10 = torch::randn({1792, 448}, opts) * 0.05, b10 = torch::randn({1792}, opts);
+  const auto w20 = torch::randn({448, 1792}, opts) * 0.03, b20 = torch::randn({448}, opts);
+  const auto up = torch::randn({1, 20001, 448}, opts);
+  std::vector<std::vector<torch::Tensor>> got;
+  for (const bool keep : {false, true}) {
+    std::vector<torch::Tensor> p;
+    for (const auto& t : {x0, w10, b10, w20, b20}) p.push_back(t.clone().requires_grad_(true));
+    const auto y = gelu_mlp(p[0], p[1], p[2], p[3], p[4], r0, keep);
+    (y.to(torch::kFloat) * up.to(torch::kFloat)).sum().backward();
+    got.push_back({y.detach()});
+    for (const auto& t : p) got.back().push_back(t.grad());
+  }
+  for (size_t i = 0; i < got[0].size(); ++i) {
+    EXPECT_LE(relative_error(got[1][i].to(torch::kFloat), got[0][i].to(torch::kFloat)), 1e-6)
+        << "tensor " << i << " (0: the output)";
+  }
+}
+
 TEST(LayerNormInAutocastDtypeTest, StaysInBf16UnderAutocastOnly_CUDA) {
   SKIP_WITHOUT_CUDA();
   torch::manual_seed(5);

@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(kThreads, 5)
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[e] += __bfloat162float(out_g.v[e]);
     g[i] = out_g.raw;
-    a[i] = out_a.raw;
+    if (a != nullptr) a[i] = out_a.raw;
   }
 #pragma unroll
   for (int e = 0; e < 8; ++e) sums[threadIdx.x][e] = acc[e];

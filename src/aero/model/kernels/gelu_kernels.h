@@ -26,7 +26,8 @@ bool sums_supported(const void* h, const void* g, const void* a, int64_t width);
 // Rows of `partial` that backward_and_forward_sums needs (at least 1).
 int64_t sums_partial_rows(int64_t rows, int64_t width);
 
-// backward_and_forward on (rows, width) row-major h, g and a, and colsum[c]
+// backward_and_forward on (rows, width) row-major h, g and a (a null: gelu(h)
+// not written, for a caller that kept it), and colsum[c]
 // = sum_r g[r, c] of the new g as stored (bf16), in fp32 and a fixed order
 // (the bias gradient of the Linear before the GELU, without reading g
 // again); partial: (sums_partial_rows(rows, width), width) fp32 scratch.
