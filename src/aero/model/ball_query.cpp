@@ -15,8 +15,17 @@
 namespace slipstream::aero {
 namespace {
 
-void check_inputs(const at::Tensor& points, const at::Tensor& queries,
-                  const std::vector<BallQueryScale>& scales) {
+void check_points(const at::Tensor& points) {
+  TORCH_CHECK(points.dim() == 3 && points.size(-1) == 3,
+              "ball query: expected points (B, N, 3), got ", points.sizes());
+  if (points.is_cpu()) {
+    TORCH_CHECK(at::isfinite(points).all().item<bool>(),
+                "ball query: non-finite (NaN or Inf) point coordinates");
+  }
+}
+
+void check_queries(const at::Tensor& points, const at::Tensor& queries,
+                   const std::vector<BallQueryScale>& scales) {
   TORCH_CHECK(points.dim() == 3 && points.size(-1) == 3 && queries.dim() == 3 &&
                   queries.size(-1) == 3 && points.size(0) == queries.size(0),
               "ball query: expected points (B, N, 3) and queries (B, M, 3), got ", points.sizes(),
@@ -28,8 +37,8 @@ void check_inputs(const at::Tensor& points, const at::Tensor& queries,
                 " points; use at least as many points as neighbours");
     TORCH_CHECK(s.radius > 0, "ball query: radius must be > 0, got ", s.radius);
   }
-  if (points.is_cpu()) {
-    TORCH_CHECK(at::isfinite(points).all().item<bool>() && at::isfinite(queries).all().item<bool>(),
+  if (queries.is_cpu()) {
+    TORCH_CHECK(at::isfinite(queries).all().item<bool>(),
                 "ball query: non-finite (NaN or Inf) point coordinates");
   }
 }
@@ -74,18 +83,36 @@ BallQueryResult within(const at::Tensor& points, const Nearest& nn, double radiu
   return {indices, at::where(inside.unsqueeze(-1), gathered, at::zeros({}, points.options()))};
 }
 
+}  // namespace
+
 #ifdef SLIPSTREAM_WITH_CUDA
-// The grid search (kernels/ball_query_kernels.h); every step stays on the
-// device.
-std::vector<BallQueryResult> grid_search(const at::Tensor& points, const at::Tensor& queries,
-                                         const std::vector<BallQueryScale>& scales,
-                                         int64_t points_per_cell) {
+// The grid search's levels (kernels/ball_query_kernels.h); every step stays
+// on the device.
+struct BallQueryIndex::Grids {
+  at::Tensor points, lo, hi;  // points contiguous; lo, hi (B, 3): the box
+  std::vector<ball_query_kernels::Grid> grids;
+  std::vector<at::Tensor> sorted, cell_start;  // per level: pack's output, (B, cells + 1)
+  size_t order_level = 0;                      // the level of about one point a cell
+  at::Tensor point_order;  // (B, N) int64: the points in that level's cell order
+};
+#else
+struct BallQueryIndex::Grids {};
+#endif
+
+BallQueryIndex::BallQueryIndex(const at::Tensor& points, int64_t points_per_cell)
+    : points_(points) {
+  check_points(points);
+#ifdef SLIPSTREAM_WITH_CUDA
+  if (!uses_ball_query_kernel(points, points, 1)) return;
   namespace kq = ball_query_kernels;
   const c10::cuda::CUDAGuard guard(points.device());
   void* stream = at::cuda::getCurrentCUDAStream(points.get_device()).stream();
-  const auto p = points.contiguous(), q = queries.contiguous();
-  const int64_t b = p.size(0), n = p.size(1), m = q.size(1);
-  const auto lo = p.amin(1).contiguous(), hi = p.amax(1).contiguous();
+  auto g = std::make_unique<Grids>();
+  g->points = points.contiguous();
+  const auto& p = g->points;
+  const int64_t b = p.size(0), n = p.size(1);
+  g->lo = p.amin(1).contiguous();
+  g->hi = p.amax(1).contiguous();
   // The levels' cells (kernels/ball_query_kernels.h, Level): on average 1/8
   // (at most 2^25 cells), 1, 8 and 64 points a cell, each 8 times the last,
   // so every query finds one within a factor 8 of the density it wants; or
@@ -97,12 +124,12 @@ std::vector<BallQueryResult> grid_search(const at::Tensor& points, const at::Ten
     level_cells = {std::min<int64_t>(8 * n, int64_t{1} << 25), n, std::max<int64_t>(1, n / 8),
                    std::max<int64_t>(1, n / 64)};
   }
+  TORCH_CHECK(level_cells.size() <= static_cast<size_t>(kq::kMaxLevels),
+              "ball query: too many grid levels");
   const auto int32 = p.options().dtype(at::kInt);
-  kq::Search s;
-  std::vector<at::Tensor> keep;  // the levels' buffers, alive until the search is enqueued
-  at::Tensor query_order;
-  for (const int64_t cells : level_cells) {
-    const kq::Grid grid{lo.data_ptr<float>(), hi.data_ptr<float>(), cells};
+  for (size_t l = 0; l < level_cells.size(); ++l) {
+    const int64_t cells = level_cells[l];
+    const kq::Grid grid{g->lo.data_ptr<float>(), g->hi.data_ptr<float>(), cells};
     auto point_cells = at::empty({b, n}, int32);
     kq::cell_of(grid, p.data_ptr<float>(), b, n, point_cells.data_ptr<int32_t>(), stream);
     // (The optional<bool> spelled out: a plain `true` would pick the
@@ -110,54 +137,87 @@ std::vector<BallQueryResult> grid_search(const at::Tensor& points, const at::Ten
     const auto [sorted_cells, order] =
         at::sort(point_cells, c10::optional<bool>(true), /*dim=*/1, /*descending=*/false);
     const auto cell_ids = at::arange(cells + 1, int32).expand({b, cells + 1});
-    const auto cell_start = at::searchsorted(sorted_cells, cell_ids.contiguous()).contiguous();
+    g->cell_start.push_back(at::searchsorted(sorted_cells, cell_ids.contiguous()).contiguous());
     auto sorted = at::empty({b, n, 4}, p.options());
     const auto order64 = order.contiguous();
     kq::pack(p.data_ptr<float>(), order64.data_ptr<int64_t>(), b, n, sorted.data_ptr<float>(),
              stream);
+    g->grids.push_back(grid);
+    g->sorted.push_back(sorted);
     // The queries are searched in the cell order of the level of about one
-    // point a cell, for locality. Where they are the points themselves (the
-    // models' case) the points' order is that order.
-    if (!query_order.defined() || cells == n) {
-      query_order = order64;
-      if (q.data_ptr() != p.data_ptr() || m != n) {
-        auto query_cells = at::empty({b, m}, int32);
-        kq::cell_of(grid, q.data_ptr<float>(), b, m, query_cells.data_ptr<int32_t>(), stream);
-        query_order = std::get<1>(at::sort(query_cells, c10::optional<bool>(false), /*dim=*/1,
-                                           /*descending=*/false))
-                          .contiguous();
-      }
+    // point a cell (the last such), for locality; the points' own order
+    // there serves queries that are the points themselves.
+    if (l == 0 || cells == n) {
+      g->order_level = l;
+      g->point_order = order64;
     }
-    s.levels[s.num_levels++] = {grid, sorted.data_ptr<float>(), cell_start.data_ptr<int64_t>()};
-    keep.push_back(sorted);
-    keep.push_back(cell_start);
   }
-  // Each query takes the coarsest level with at most K/64 points in its cell
-  // (ball_query_bench at 200k points, K 128: 4.91 ms; K/16 5.43, K/32 5.34,
-  // K/128 5.45).
-  s.max_cell_points = static_cast<int>(std::max<int64_t>(1, largest_k(scales) / 64));
-  s.points = p.data_ptr<float>();
-  s.queries = q.data_ptr<float>();
-  s.query_order = query_order.data_ptr<int64_t>();
-  s.b = b;
-  s.n = n;
-  s.m = m;
+  grids_ = std::move(g);
+#else
+  (void)points_per_cell;  // the reference path has no grid
+#endif
+}
+
+BallQueryIndex::~BallQueryIndex() = default;
+
+std::vector<BallQueryResult> BallQueryIndex::query(const at::Tensor& queries,
+                                                   const std::vector<BallQueryScale>& scales,
+                                                   int64_t max_elements) const {
+  const auto& points = points_;
+  check_queries(points, queries, scales);
+#ifdef SLIPSTREAM_WITH_CUDA
+  if (grids_ != nullptr && uses_ball_query_kernel(points, queries, largest_k(scales)) &&
+      scales.size() <= static_cast<size_t>(ball_query_kernels::kMaxScales)) {
+    namespace kq = ball_query_kernels;
+    const Grids& g = *grids_;
+    const c10::cuda::CUDAGuard guard(points.device());
+    void* stream = at::cuda::getCurrentCUDAStream(points.get_device()).stream();
+    const auto& p = g.points;
+    const auto q = queries.contiguous();
+    const int64_t b = p.size(0), n = p.size(1), m = q.size(1);
+    at::Tensor query_order = g.point_order;
+    if (q.data_ptr() != p.data_ptr() || m != n) {
+      auto query_cells = at::empty({b, m}, p.options().dtype(at::kInt));
+      kq::cell_of(g.grids[g.order_level], q.data_ptr<float>(), b, m,
+                  query_cells.data_ptr<int32_t>(), stream);
+      query_order = std::get<1>(at::sort(query_cells, c10::optional<bool>(false), /*dim=*/1,
+                                         /*descending=*/false))
+                        .contiguous();
+    }
+    kq::Search s;
+    for (size_t l = 0; l < g.grids.size(); ++l) {
+      s.levels[s.num_levels++] = {g.grids[l], g.sorted[l].data_ptr<float>(),
+                                  g.cell_start[l].data_ptr<int64_t>()};
+    }
+    // Each query takes the coarsest level with at most K/64 points in its
+    // cell (ball_query_bench at 200k points, K 128: 4.91 ms; K/16 5.43,
+    // K/32 5.34, K/128 5.45).
+    s.max_cell_points = static_cast<int>(std::max<int64_t>(1, largest_k(scales) / 64));
+    s.points = p.data_ptr<float>();
+    s.queries = q.data_ptr<float>();
+    s.query_order = query_order.data_ptr<int64_t>();
+    s.b = b;
+    s.n = n;
+    s.m = m;
+    std::vector<BallQueryResult> out;
+    for (const auto& sc : scales) {
+      out.push_back({at::empty({b, m, sc.k}, p.options().dtype(at::kLong)),
+                     at::empty({b, m, sc.k, 3}, p.options())});
+      auto& o = s.scales[s.num_scales++];
+      o.radius = static_cast<float>(sc.radius);
+      o.k = static_cast<int>(sc.k);
+      o.indices = out.back().indices.data_ptr<int64_t>();
+      o.neighbors = out.back().neighbors.data_ptr<float>();
+    }
+    kq::search(s, stream);
+    return out;
+  }
+#endif
+  const auto nn = nearest(points, queries, largest_k(scales), max_elements);
   std::vector<BallQueryResult> out;
-  for (const auto& sc : scales) {
-    out.push_back({at::empty({b, m, sc.k}, p.options().dtype(at::kLong)),
-                   at::empty({b, m, sc.k, 3}, p.options())});
-    auto& o = s.scales[s.num_scales++];
-    o.radius = static_cast<float>(sc.radius);
-    o.k = static_cast<int>(sc.k);
-    o.indices = out.back().indices.data_ptr<int64_t>();
-    o.neighbors = out.back().neighbors.data_ptr<float>();
-  }
-  kq::search(s, stream);
+  for (const auto& s : scales) out.push_back(within(points, nn, s.radius, s.k));
   return out;
 }
-#endif
-
-}  // namespace
 
 bool uses_ball_query_kernel(const at::Tensor& points, const at::Tensor& queries, int64_t k) {
 #ifdef SLIPSTREAM_WITH_CUDA
@@ -173,18 +233,8 @@ bool uses_ball_query_kernel(const at::Tensor& points, const at::Tensor& queries,
 std::vector<BallQueryResult> ball_query_scales(const at::Tensor& points, const at::Tensor& queries,
                                                const std::vector<BallQueryScale>& scales,
                                                int64_t max_elements, int64_t points_per_cell) {
-  check_inputs(points, queries, scales);
-#ifdef SLIPSTREAM_WITH_CUDA
-  if (uses_ball_query_kernel(points, queries, largest_k(scales)) &&
-      scales.size() <= static_cast<size_t>(ball_query_kernels::kMaxScales)) {
-    return grid_search(points, queries, scales, points_per_cell);
-  }
-#endif
-  (void)points_per_cell;  // the reference path has no grid
-  const auto nn = nearest(points, queries, largest_k(scales), max_elements);
-  std::vector<BallQueryResult> out;
-  for (const auto& s : scales) out.push_back(within(points, nn, s.radius, s.k));
-  return out;
+  check_queries(points, queries, scales);  // before the grids are built
+  return BallQueryIndex(points, points_per_cell).query(queries, scales, max_elements);
 }
 
 BallQueryResult ball_query(const at::Tensor& points, const at::Tensor& queries, double radius,

@@ -22,6 +22,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace slipstream::aero {
@@ -54,5 +56,31 @@ std::vector<BallQueryResult> ball_query_scales(const at::Tensor& points, const a
                                                const std::vector<BallQueryScale>& scales,
                                                int64_t max_elements = int64_t{1} << 28,
                                                int64_t points_per_cell = 0);
+
+// The points' side of ball_query_scales, built once for any number of
+// query sets: chunked inference asks for chunk after chunk of queries
+// among all the points, and rebuilding the grids for each chunk would sort
+// every point four times a chunk. Where the CUDA kernel takes the points
+// (CUDA, fp32, N < 2^31) it holds the grids: a packed copy of the points
+// and the cell starts per level, ~80 bytes a point at 20M points; elsewhere
+// the points alone. query(q, scales) equals ball_query_scales(points, q,
+// scales) with the same points_per_cell. The points must stay unchanged
+// while it is used.
+class BallQueryIndex {
+ public:
+  explicit BallQueryIndex(const at::Tensor& points, int64_t points_per_cell = 0);
+  ~BallQueryIndex();
+  BallQueryIndex(const BallQueryIndex&) = delete;
+  BallQueryIndex& operator=(const BallQueryIndex&) = delete;
+
+  std::vector<BallQueryResult> query(const at::Tensor& queries,
+                                     const std::vector<BallQueryScale>& scales,
+                                     int64_t max_elements = int64_t{1} << 28) const;
+
+ private:
+  struct Grids;  // the CUDA search's levels (ball_query.cpp)
+  at::Tensor points_;
+  std::unique_ptr<Grids> grids_;  // null off the kernel's inputs
+};
 
 }  // namespace slipstream::aero

@@ -564,9 +564,11 @@ torch::Tensor GeoTransolverImpl::forward_in_chunks(const ModelInputs& inputs, in
     const int64_t local = options_.n_hidden_local;
     const bool same = geometry.is_same(local_positions);
     std::vector<torch::Tensor> norms(scales.size()), tokens(scales.size());
+    // The points' grids built once for every chunk's queries.
+    const BallQueryIndex among_positions(local_positions);
     for_chunks(geometry_shard.count, chunk, [&](int64_t s, int64_t len) {
-      const auto nn = ball_query_scales(local_positions,
-                                        geometry.narrow(1, geometry_shard.begin + s, len), scales);
+      const auto nn =
+          among_positions.query(geometry.narrow(1, geometry_shard.begin + s, len), scales);
       for (size_t i = 0; i < scales.size(); ++i) {
         const auto f =
             extractor.processors[i]->as<GeometricFeatureProcessor>()->forward(nn[i].neighbors);
@@ -575,9 +577,10 @@ torch::Tensor GeoTransolverImpl::forward_in_chunks(const ModelInputs& inputs, in
       }
     });
     if (!same) {
+      const BallQueryIndex among_geometry(geometry);
       for_chunks(n, chunk, [&](int64_t s, int64_t len) {
-        const auto nn = ball_query_scales(
-            geometry, local_positions.narrow(1, positions.begin + s, len), scales);
+        const auto nn =
+            among_geometry.query(local_positions.narrow(1, positions.begin + s, len), scales);
         for (size_t i = 0; i < scales.size(); ++i) {
           x.narrow(1, s, len)
               .narrow(2, hidden + i * local, local)

@@ -155,6 +155,39 @@ TEST(BallQueryKernelTest, LevelsGiveTheNeighboursOfAnyOneGrid_CUDA) {
   }
 }
 
+// A BallQueryIndex built once and queried chunk by chunk (chunked
+// inference) gives what one search of all the queries gives, bitwise, for
+// queries that are the points and for others, in chunks of 1733.
+TEST(BallQueryKernelTest, AnIndexQueriedByChunksGivesTheWholeSearch_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  torch::manual_seed(17);
+  const auto cloud =
+      torch::cat({torch::randn({2, 6000, 3}) * 0.02, (torch::rand({2, 2000, 3}) - 0.5) * 8}, 1)
+          .cuda();
+  const auto others = ((torch::rand({2, 5001, 3}) - 0.5) * 6).cuda();
+  const std::vector<BallQueryScale> scales{{0.05, 16}, {1.0, 64}, {5.0, 128}};
+  const BallQueryIndex index(cloud);
+  for (const auto* queries : {&cloud, &others}) {
+    const auto whole = ball_query_scales(cloud, *queries, scales);
+    std::vector<std::vector<torch::Tensor>> idx(scales.size()), nbr(scales.size());
+    const int64_t m = queries->size(1), chunk = 1733;
+    for (int64_t s = 0; s < m; s += chunk) {
+      const auto part = index.query(queries->narrow(1, s, std::min(chunk, m - s)), scales);
+      for (size_t i = 0; i < scales.size(); ++i) {
+        idx[i].push_back(part[i].indices);
+        nbr[i].push_back(part[i].neighbors);
+      }
+    }
+    const bool points = queries == &cloud;
+    const auto all = index.query(*queries, scales);
+    for (size_t i = 0; i < scales.size(); ++i) {
+      EXPECT_TRUE(torch::equal(torch::cat(idx[i], 1), whole[i].indices)) << points << " " << i;
+      EXPECT_TRUE(torch::equal(torch::cat(nbr[i], 1), whole[i].neighbors)) << points << " " << i;
+      EXPECT_TRUE(torch::equal(all[i].indices, whole[i].indices)) << points << " " << i;
+    }
+  }
+}
+
 struct GaleStep {
   torch::Tensor out;
   std::map<std::string, torch::Tensor> grads;  // "x", "context" and every parameter

@@ -397,6 +397,31 @@ TEST(BallQueryTest, ScalesFromOneSearchEqualOneQueryPerScale) {
             std::string::npos);
 }
 
+// A BallQueryIndex (on the CPU: the points, for the reference path) queried
+// chunk by chunk gives the whole search's neighbours.
+TEST(BallQueryTest, AnIndexQueriedByChunksGivesTheWholeSearch) {
+  torch::manual_seed(3);
+  const auto points = torch::rand({2, 300, 3}), queries = torch::rand({2, 101, 3});
+  const std::vector<BallQueryScale> scales{{0.1, 4}, {0.3, 16}};
+  const auto whole = ball_query_scales(points, queries, scales);
+  const BallQueryIndex index(points);
+  std::vector<std::vector<torch::Tensor>> idx(scales.size()), nbr(scales.size());
+  for (int64_t s = 0; s < 101; s += 37) {
+    const auto part = index.query(queries.narrow(1, s, std::min<int64_t>(37, 101 - s)), scales);
+    for (size_t i = 0; i < scales.size(); ++i) {
+      idx[i].push_back(part[i].indices);
+      nbr[i].push_back(part[i].neighbors);
+    }
+  }
+  for (size_t i = 0; i < scales.size(); ++i) {
+    EXPECT_TRUE(torch::equal(torch::cat(idx[i], 1), whole[i].indices)) << i;
+    EXPECT_TRUE(torch::equal(torch::cat(nbr[i], 1), whole[i].neighbors)) << i;
+  }
+  EXPECT_GT((whole[1].indices != 0).sum().item<int64_t>(), 0);
+  const auto msg = testing::error_message_of([&] { index.query(queries, {{0.1, 301}}); });
+  EXPECT_NE(msg.find("301 neighbours"), std::string::npos) << msg;
+}
+
 TEST(BallQueryTest, BadInputIsAClearError) {
   const auto points = torch::rand({1, 5, 3});
   auto msg = error_message_of([&] { ball_query(points, points, 0.5, 8); });
