@@ -136,13 +136,20 @@ TEST(BallQueryKernelTest, ScalesFromOneGridSearchOnHardClouds_CUDA) {
 // that suits its density) are only a choice of work: on a cloud dense in
 // one place and sparse elsewhere, every single grid gives the levels'
 // neighbours bit for bit.
+// b clouds on the GPU like a CFD volume's: 6,000 points dense near the
+// origin (the wall), 2,000 sparse over a box 8 wide; and scales from
+// local (K 16) to most of the box (K 128).
+torch::Tensor wall_and_free_cloud(int64_t b) {
+  return torch::cat({torch::randn({b, 6000, 3}) * 0.02, (torch::rand({b, 2000, 3}) - 0.5) * 8}, 1)
+      .cuda();
+}
+const std::vector<BallQueryScale> kCloudScales{{0.05, 16}, {1.0, 64}, {5.0, 128}};
+
 TEST(BallQueryKernelTest, LevelsGiveTheNeighboursOfAnyOneGrid_CUDA) {
   SKIP_WITHOUT_CUDA();
   torch::manual_seed(13);
-  const auto cloud =
-      torch::cat({torch::randn({1, 6000, 3}) * 0.02, (torch::rand({1, 2000, 3}) - 0.5) * 8}, 1)
-          .cuda();
-  const std::vector<BallQueryScale> scales{{0.05, 16}, {1.0, 64}, {5.0, 128}};
+  const auto cloud = wall_and_free_cloud(1);
+  const auto& scales = kCloudScales;
   const auto levels = ball_query_scales(cloud, cloud, scales);
   for (const int64_t per_cell : {1, 8, 64}) {
     const auto one = ball_query_scales(cloud, cloud, scales, int64_t{1} << 28, per_cell);
@@ -161,11 +168,9 @@ TEST(BallQueryKernelTest, LevelsGiveTheNeighboursOfAnyOneGrid_CUDA) {
 TEST(BallQueryKernelTest, AnIndexQueriedByChunksGivesTheWholeSearch_CUDA) {
   SKIP_WITHOUT_CUDA();
   torch::manual_seed(17);
-  const auto cloud =
-      torch::cat({torch::randn({2, 6000, 3}) * 0.02, (torch::rand({2, 2000, 3}) - 0.5) * 8}, 1)
-          .cuda();
+  const auto cloud = wall_and_free_cloud(2);
   const auto others = ((torch::rand({2, 5001, 3}) - 0.5) * 6).cuda();
-  const std::vector<BallQueryScale> scales{{0.05, 16}, {1.0, 64}, {5.0, 128}};
+  const auto& scales = kCloudScales;
   const BallQueryIndex index(cloud);
   for (const auto* queries : {&cloud, &others}) {
     const auto whole = ball_query_scales(cloud, *queries, scales);
