@@ -62,10 +62,10 @@ std::vector<BallQueryResult> ball_query_scales(const at::Tensor& points, const a
 // among all the points, and rebuilding the grids for each chunk would sort
 // every point four times a chunk. Where the CUDA kernel takes the points
 // (CUDA, fp32, N < 2^31) it holds the grids: a packed copy of the points
-// and the cell starts per level, ~80 bytes a point at 20M points; elsewhere
-// the points alone. query(q, scales) equals ball_query_scales(points, q,
-// scales) with the same points_per_cell. The points must stay unchanged
-// while it is used.
+// and the cell starts per level, and the points' cell order, ~90 bytes a
+// point at 20M points by their sizes; elsewhere the points alone.
+// query(q, scales) equals ball_query_scales(points, q, scales) with the
+// same points_per_cell. The points must stay unchanged while it is used.
 class BallQueryIndex {
  public:
   explicit BallQueryIndex(const at::Tensor& points, int64_t points_per_cell = 0);
