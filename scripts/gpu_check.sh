@@ -33,6 +33,8 @@
 #   slices     build-gpu/bench/slice_kernels_bench at 200k points, head sizes SLICE_DIMS (default
 #              "56 32"), with the mma.sync kernels (SLIPSTREAM_SLICE_KERNELS=mma) and the wgmma ones
 #              (SLICE_KERNELS: those of "mma wgmma" to run)
+#   gelugemm   scripts/gelu_gemm_probe.cu: a wgmma GEMM with GELU (forward) or GELU's backward in its
+#              epilogue, checked against a reference and timed against cuBLAS + a GELU pass
 #   gemm       cuBLAS (through PyTorch) per operand layout at the GALE layer's shapes, and
 #              lt_matmul_bench (cuBLASLt's residual epilogue against linear + add) where built
 #   ab         the same bench (AB_MODEL, default geotransolver_volume; AB_POINTS, AB_OPTIMIZER) on this tree and on a
@@ -339,6 +341,14 @@ stage_wgmma() {
   "${nvcc:-nvcc}" -std=c++17 -arch=sm_90a -I src scripts/wgmma_rate.cu -o /tmp/wgmma_rate \
     >"$OUT/wgmma_rate.log" 2>&1 && /tmp/wgmma_rate 2>&1 | tee -a "$OUT/summary.txt"
   return $rc
+}
+
+stage_gelugemm() {  # scripts/gelu_gemm_probe.cu: the MLP's GEMM with GELU in its epilogue
+  log "gelugemm: wgmma GEMM + GELU epilogue against cuBLAS + a GELU pass"
+  nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I src -Xptxas -v \
+    scripts/gelu_gemm_probe.cu -lcublas -o /tmp/gelu_gemm_probe >"$OUT/gelugemm-build.log" 2>&1 \
+    || { log "gelugemm: build FAILED"; grep -E "error" "$OUT/gelugemm-build.log" | head; return 1; }
+  /tmp/gelu_gemm_probe "${GELU_GEMM_M:-200000}" 2>&1 | tee -a "$OUT/summary.txt"
 }
 
 stage_slices() {
