@@ -5,9 +5,14 @@ Reads the Chrome trace that `slipstream bench --profile` writes and prints
 the kernels (copies and memsets included) per step, how many of them and
 how much device time run under 5, 10, 20 and 50 us, and the 25 commonest
 kernels under 20 us: in a CUDA graph each still costs its launch ramp and a
-gap of about a microsecond, which a per-kernel time table hides.
+gap of about a microsecond, which a per-kernel time table hides. Then the
+same small kernels by where the host launched them (the two innermost
+operators open at the launch call, through the trace's correlation ids):
+a graph's replay has no such link, so profile with the graph off
+(training.cuda_graph=false) to see it.
 Usage: trace_small.py TRACE.json [STEPS] [COMMONEST (default 25)]
 """
+import bisect
 import collections
 import json
 import sys
@@ -29,8 +34,42 @@ def main():
             name = e["name"][:90]
             count[name] += 1
             time[name] += e["dur"]
-    for name, n in count.most_common(int(sys.argv[3]) if len(sys.argv) > 3 else 25):
+    top = int(sys.argv[3]) if len(sys.argv) > 3 else 25
+    for name, n in count.most_common(top):
         print("%6.0f %7.3f ms  %s" % (n / steps, time[name] / 1e3 / steps, name))
+
+    launches = {}
+    for e in events:
+        if e.get("cat") == "cuda_runtime" and e.get("args", {}).get("correlation") is not None:
+            launches[e["args"]["correlation"]] = e
+    ops = collections.defaultdict(list)
+    for e in events:
+        if e.get("cat") in ("cpu_op", "user_annotation") and "dur" in e:
+            ops[e.get("tid")].append(e)
+    starts = {}
+    for tid, lst in ops.items():
+        lst.sort(key=lambda e: e["ts"])
+        starts[tid] = [e["ts"] for e in lst]
+
+    def origin(kernel):
+        launch = launches.get(kernel.get("args", {}).get("correlation"))
+        if launch is None:
+            return "(no launch call: a graph replay?)"
+        tid, ts = launch.get("tid"), launch["ts"]
+        hi = bisect.bisect_right(starts.get(tid, []), ts)
+        open_ops = [e["name"] for e in ops.get(tid, [])[max(0, hi - 400):hi]
+                    if e["ts"] + e["dur"] >= ts]
+        return " < ".join(reversed(open_ops[-2:])) if open_ops else "(no operator)"
+
+    by, by_time = collections.Counter(), collections.Counter()
+    for e in k:
+        if e["dur"] < 20:
+            key = "%s  [%s]" % (e["name"][:40], origin(e)[:90])
+            by[key] += 1
+            by_time[key] += e["dur"]
+    print("by origin (kernel [innermost < parent operator at its launch]):")
+    for key, n in by.most_common(top):
+        print("%6.0f %7.3f ms  %s" % (n / steps, by_time[key] / 1e3 / steps, key))
 
 
 if __name__ == "__main__":

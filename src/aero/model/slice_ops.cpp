@@ -5,6 +5,8 @@
 #include <cstdint>
 
 #include "aero/model/kernels/slice_kernels.h"
+#include "aero/model/linear.h"
+#include "aero/model/lt_matmul.h"
 #include "aero/model/parameter_casts.h"
 
 #ifdef SLIPSTREAM_WITH_CUDA
@@ -177,10 +179,17 @@ BackwardResult backward(const Weights& in, const at::Tensor& lse, const at::Tens
   if (kernels_apply(in.x, in.ws.size(0))) {
     const c10::cuda::CUDAGuard guard(in.x.device());
     const int64_t g = in.ws.size(0), d = in.x.size(3), h = in.x.size(2);
-    BackwardResult r{at::empty(in.x.sizes(), in.x.options()),
-                     at::empty(in.x.sizes(), in.x.options()), zeros_f32(in.x, {g, d}),
-                     zeros_f32(in.x, {g}), zeros_f32(in.x, {h})};
     auto k = kernel_inputs(in, lse);
+    // Where the row kernel writes dL/dlogits (slice_kernels.h), grad_ws
+    // and grad_bias are made from them below, not by a kernel of their own.
+    const bool from_dlogits = slice_kernels::writes_dlogits(k.problem);
+    BackwardResult r{at::empty(in.x.sizes(), in.x.options()),
+                     at::empty(in.x.sizes(), in.x.options()),
+                     from_dlogits ? at::Tensor() : zeros_f32(in.x, {g, d}),
+                     from_dlogits ? at::Tensor() : zeros_f32(in.x, {g}), zeros_f32(in.x, {h})};
+    const auto dlogits = from_dlogits ? at::empty({in.x.size(0), in.x.size(1), h, g},
+                                                  in.x.options().dtype(at::kBFloat16))
+                                      : at::Tensor();
     const bool deslice = gout.defined();
     const auto fxb = bf16(fx), gsb = bf16(gs);
     const auto gob = deslice ? bf16(gout) : at::Tensor(), osb = deslice ? bf16(os) : at::Tensor();
@@ -189,8 +198,18 @@ BackwardResult backward(const Weights& in, const at::Tensor& lse, const at::Tens
     slice_kernels::backward(k.problem, fxb.data_ptr(), deslice ? gob.data_ptr() : nullptr,
                             deslice ? osb.data_ptr() : nullptr, gsb.data_ptr(),
                             gn.data_ptr<float>(), r.grad_x.data_ptr(), r.grad_fx.data_ptr(),
-                            r.grad_ws.data_ptr<float>(), r.grad_bias.data_ptr<float>(),
-                            r.tau_acc.data_ptr<float>(), dot.data_ptr<float>());
+                            from_dlogits ? nullptr : r.grad_ws.data_ptr<float>(),
+                            from_dlogits ? nullptr : r.grad_bias.data_ptr<float>(),
+                            r.tau_acc.data_ptr<float>(), dot.data_ptr<float>(),
+                            from_dlogits ? dlogits.data_ptr() : nullptr);
+    if (from_dlogits) {
+      // ws is shared by the heads: grad_ws sums over every (b, n, h) row.
+      const auto rows = dlogits.view({-1, g}), xs = k.x.view({-1, d});
+      if (!lt_matmul::mm(rows.t(), xs, {}, {}, r.grad_ws, at::kFloat)) {
+        r.grad_ws = rows.t().mm(xs).to(at::kFloat);
+      }
+      r.grad_bias = column_sum(rows);
+    }
     return r;
   }
 #endif

@@ -5,6 +5,7 @@
 // fused output and every gradient must be within bf16 tolerance of the
 // reference: at most 3x the plain bf16 path's own error, or 2e-2 relative.
 // Point counts include ones that are not multiples of the 32-point tile.
+#include "aero/model/kernels/slice_kernels.h"
 #include "aero/model/slice_ops.h"
 #include "aero/model/transolver.h"
 #include "core/device/device.h"
@@ -107,6 +108,63 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FusedAttentionCudaTest,
                                            Case{64, 4, 32, 4099}, Case{128, 2, 128, 2050},
                                            Case{128, 2, 48, 513}, Case{448, 8, 256, 70001},
                                            Case{112, 2, 64, 4099}, Case{224, 4, 48, 33}));
+
+// grad_ws and grad_bias made from the dL/dlogits that the row kernel writes
+// (a GEMM and column sums) against the weight-gradient kernel that
+// recomputes them, at head size 56 with and without a deslice: grad_x and
+// grad_fx come from the same arithmetic, bit for bit; grad_ws differs by
+// fp32 summation order, grad_bias also by its terms' bf16 rounding.
+TEST(SliceBackwardCudaTest, WeightGradientFromDlogitsMatchesItsKernel_CUDA) {
+  SKIP_WITHOUT_CUDA();
+#ifndef SLIPSTREAM_WITH_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#else
+  namespace sk = slice_kernels;
+  const int64_t heads = 8, d = 56, g = 256;
+  sk::Problem shape;
+  shape.dim = d;
+  shape.slices = g;
+  const auto saved = sk::weight_grad_mode();
+  sk::set_weight_grad_mode(sk::WeightGrad::gemm);
+  if (!sk::writes_dlogits(shape)) {
+    sk::set_weight_grad_mode(saved);
+    GTEST_SKIP() << "the row kernel writes dL/dlogits on Hopper only";
+  }
+  const auto bf = torch::dtype(torch::kBFloat16).device(torch::kCUDA);
+  const auto f = torch::dtype(torch::kFloat).device(torch::kCUDA);
+  for (const int64_t points : {33, 4099, 70001}) {
+    for (const bool deslice : {true, false}) {
+      torch::manual_seed(5 + points);
+      slice_ops::Weights in{torch::randn({2, points, heads, d}, bf),
+                            torch::randn({g, d}, f) / std::sqrt(static_cast<double>(d)),
+                            torch::randn({g}, f) * 0.1, torch::linspace(0.5, 1.5, heads, f)};
+      const auto fx = torch::randn({2, points, heads, d}, bf);
+      const auto gout = deslice ? torch::randn({2, points, heads, d}, bf) : torch::Tensor();
+      const auto os = deslice ? torch::randn({2, heads, g, d}, bf) : torch::Tensor();
+      const auto gs = torch::randn({2, heads, g, d}, bf) * 0.1;
+      const auto gnorm = torch::randn({2, heads, g}, f) * 0.1;
+      const auto lse = slice_ops::reduce_first(in, fx).lse;
+      sk::set_weight_grad_mode(sk::WeightGrad::kernel);
+      const auto want = slice_ops::backward(in, lse, fx, gout, os, gs, gnorm);
+      sk::set_weight_grad_mode(sk::WeightGrad::gemm);
+      const auto got = slice_ops::backward(in, lse, fx, gout, os, gs, gnorm);
+      const double ws = relative_error(got.grad_ws, want.grad_ws),
+                   bias = relative_error(got.grad_bias, want.grad_bias),
+                   tau = relative_error(got.tau_acc, want.tau_acc);
+      std::printf("N=%ld deslice %d: grad_ws %.2e grad_bias %.2e tau %.2e\n",
+                  static_cast<long>(points), deslice ? 1 : 0, ws, bias, tau);
+      EXPECT_TRUE(torch::equal(got.grad_x, want.grad_x)) << points;
+      EXPECT_TRUE(torch::equal(got.grad_fx, want.grad_fx)) << points;
+      EXPECT_EQ(got.grad_ws.scalar_type(), torch::kFloat);
+      EXPECT_EQ(got.grad_bias.scalar_type(), torch::kFloat);
+      EXPECT_LE(ws, 1e-3) << points;
+      EXPECT_LE(bias, 1e-2) << points;
+      EXPECT_LE(tau, 1e-4) << points;
+    }
+  }
+  sk::set_weight_grad_mode(saved);
+#endif
+}
 
 TEST(FusedAttentionCudaSyncTest, ForwardAndBackwardMakeNoSynchronizingCall_CUDA) {
   SKIP_WITHOUT_CUDA();

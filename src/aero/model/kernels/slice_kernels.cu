@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -1187,13 +1188,16 @@ __device__ inline void load_tiled(bf16* dst, const bf16* src, int g) {
 
 // C: slices a batch of products (16 or 32; wgmma m64n16 costs 16 SM
 // cycles, m64n32 19.5: scripts/wgmma_rate.cu on an H200). W: warps a block.
-template <int D, bool kDeslice, int C, int W>
+// kDlogits: pass 2 also writes dL/dlogits, the A operand of its grad_x
+// product (the same bf16 values), to dlogits (B, N, H, G).
+template <int D, bool kDeslice, int C, int W, bool kDlogits>
 __global__ void __launch_bounds__(W * 32, 16 / W)
     backward_wg_kernel(Problem p, const bf16* __restrict__ fx, const bf16* __restrict__ gout,
                        const bf16* __restrict__ os_in, const bf16* __restrict__ gs_in,
                        const float* __restrict__ gnorm_in, bf16* __restrict__ grad_x,
                        bf16* __restrict__ grad_fx, float* __restrict__ dot_out,
-                       float* __restrict__ tau_acc, int groups_per_block) {
+                       float* __restrict__ tau_acc, bf16* __restrict__ dlogits,
+                       int groups_per_block) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int KS = ksteps(D), DP = 16 * KS, J = C / 8;  // J: 8-wide slice tiles a batch
   const int g = static_cast<int>(p.slices);
@@ -1306,7 +1310,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
         wgmma::touch(r.d);
         float z[J][4], w[J][4], dl[J][4], v[J][4];
         finish(r, s0, z, w, dl);
-        m = wgmma::advance(use(z, w, dl, v), slice_bytes(s0));
+        m = wgmma::advance(use(s0, z, w, dl, v), slice_bytes(s0));
         pack_slices_a<C>(v, a);
       };
       issue(r, 0, [] {});
@@ -1325,7 +1329,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
     float dot[2] = {0.f, 0.f};  // rows a, b
     {
       float afx[D / 8][4] = {};
-      pass(afx, [&](const float(&)[J][4], const float(&w)[J][4], const float(&dl)[J][4],
+      pass(afx, [&](int, const float(&)[J][4], const float(&w)[J][4], const float(&dl)[J][4],
                     float(&v)[J][4]) {
 #pragma unroll
         for (int j = 0; j < J; ++j) {
@@ -1342,7 +1346,10 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
 
     // Pass 2: dL/dz, tau's sum and grad_x = (dL/dz / tau) ws.
     float ax[D / 8][4] = {};
-    pass(ax, [&](const float(&z)[J][4], const float(&w)[J][4], const float(&dl)[J][4],
+    // Rows a and b of dlogits (G wide); a row past the end is not written.
+    bf16* const dla =
+        kDlogits ? dlogits + ((hd.b * hd.n + tile.na) * hd.heads + hd.h) * g : nullptr;
+    pass(ax, [&](int s0, const float(&z)[J][4], const float(&w)[J][4], const float(&dl)[J][4],
                  float(&v)[J][4]) {
 #pragma unroll
       for (int j = 0; j < J; ++j) {
@@ -1351,6 +1358,13 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
           const float gz = w[j][e] * (dl[j][e] - dot[e / 2]);  // dL/dz
           tau_sum += gz * z[j][e];
           v[j][e] = gz * inv_tau;  // dL/dlogits
+        }
+        if constexpr (kDlogits) {
+          const int s = s0 + 8 * j + c0;
+          if (tile.va) *reinterpret_cast<uint32_t*>(dla + s) = pack_bf16(v[j][0], v[j][1]);
+          if (tile.vb) {
+            *reinterpret_cast<uint32_t*>(dla + 8 * hd.heads * g + s) = pack_bf16(v[j][2], v[j][3]);
+          }
         }
       }
       return ws_mn;
@@ -1762,6 +1776,8 @@ void check_problem(const Problem& p) {
 
 // The wgmma kernels run on Hopper unless SLIPSTREAM_SLICE_KERNELS=mma asks
 // for the mma.sync ones (as on other GPUs), for measurements against them.
+std::optional<WeightGrad> weight_grad_override;
+
 bool wgmma_kernels() {
   static const bool mma = [] {
     const char* e = std::getenv("SLIPSTREAM_SLICE_KERNELS");
@@ -1842,17 +1858,30 @@ void expand_d(const Problem& p, const void* z, void* out) {
 template <int D, bool kDeslice>
 void backward_dd(const Problem& p, const bf16* fx, const bf16* gout, const bf16* os, const bf16* gs,
                  const float* gnorm, void* grad_x, void* grad_fx, float* grad_ws, float* grad_bias,
-                 float* tau_acc, float* dot) {
+                 float* tau_acc, float* dot, void* dlogits) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
   const size_t smem = make_back_plan(D, static_cast<int>(p.slices)).bytes;
   int per = 0;
+  if (dlogits != nullptr) {
+    // Only the 12-warp form writes them (writes_dlogits: D > 32, G % 32 == 0).
+    if constexpr (D > 32) {
+      const size_t wg_smem = make_wg_back_plan(16 * ksteps(D), static_cast<int>(p.slices)).bytes;
+      const auto kernel = backward_wg_kernel<D, kDeslice, 32, 12, true>;
+      const dim3 grid = launch_grid(kernel, 12 * 32, wg_smem, p, &per, kWgPoints);
+      kernel<<<grid, 12 * 32, wg_smem, stream>>>(
+          p, fx, gout, os, gs, gnorm, static_cast<bf16*>(grad_x), static_cast<bf16*>(grad_fx), dot,
+          tau_acc, static_cast<bf16*>(dlogits), per);
+      check_launch("backward");
+    }
+    return;
+  }
   if (wgmma_kernels()) {
     const size_t wg_smem = make_wg_back_plan(16 * ksteps(D), static_cast<int>(p.slices)).bytes;
     const auto launch = [&](auto kernel, int warps) {
       const dim3 grid = launch_grid(kernel, warps * 32, wg_smem, p, &per, kWgPoints);
-      kernel<<<grid, warps * 32, wg_smem, stream>>>(p, fx, gout, os, gs, gnorm,
-                                                    static_cast<bf16*>(grad_x),
-                                                    static_cast<bf16*>(grad_fx), dot, tau_acc, per);
+      kernel<<<grid, warps * 32, wg_smem, stream>>>(
+          p, fx, gout, os, gs, gnorm, static_cast<bf16*>(grad_x), static_cast<bf16*>(grad_fx), dot,
+          tau_acc, nullptr, per);
     };
     // Batches of 32 slices where they divide G. Above D 32 their registers
     // (161 at D 56) need blocks of 12 warps, one an SM; at D 32 and below
@@ -1860,11 +1889,11 @@ void backward_dd(const Problem& p, const bf16* fx, const bf16* gout, const bf16*
     // the backward with its weight gradient): D 56 1.76 ms against 2.09 for
     // batches of 16 and 2.03 for mma.sync; D 32 1.08 against 1.19 and 1.25.
     if (p.slices % 32 != 0) {
-      launch(backward_wg_kernel<D, kDeslice, 16, 8>, 8);
+      launch(backward_wg_kernel<D, kDeslice, 16, 8, false>, 8);
     } else if constexpr (D > 32) {
-      launch(backward_wg_kernel<D, kDeslice, 32, 12>, 12);
+      launch(backward_wg_kernel<D, kDeslice, 32, 12, false>, 12);
     } else {
-      launch(backward_wg_kernel<D, kDeslice, 32, 8>, 8);
+      launch(backward_wg_kernel<D, kDeslice, 32, 8, false>, 8);
     }
   } else {
     const dim3 grid =
@@ -1904,7 +1933,7 @@ void backward_dd(const Problem& p, const bf16* fx, const bf16* gout, const bf16*
 template <int D>
 void backward_d(const Problem& p, const void* fx, const void* gout, const void* os, const void* gs,
                 const float* gnorm, void* grad_x, void* grad_fx, float* grad_ws, float* grad_bias,
-                float* tau_acc, float* dot) {
+                float* tau_acc, float* dot, void* dlogits) {
   if (p.points == 0) return;
   const auto* fx_b = static_cast<const bf16*>(fx);
   const auto* gout_b = static_cast<const bf16*>(gout);
@@ -1912,10 +1941,10 @@ void backward_d(const Problem& p, const void* fx, const void* gout, const void* 
   const auto* gs_b = static_cast<const bf16*>(gs);
   if (gout == nullptr) {
     backward_dd<D, false>(p, fx_b, nullptr, nullptr, gs_b, gnorm, grad_x, grad_fx, grad_ws,
-                          grad_bias, tau_acc, dot);
+                          grad_bias, tau_acc, dot, dlogits);
   } else {
     backward_dd<D, true>(p, fx_b, gout_b, os_b, gs_b, gnorm, grad_x, grad_fx, grad_ws, grad_bias,
-                         tau_acc, dot);
+                         tau_acc, dot, dlogits);
   }
 }
 
@@ -1955,16 +1984,41 @@ void expand(const Problem& p, const void* z, void* out) {
   with_dim(p, [&](auto d) { expand_d<decltype(d)::value>(p, z, out); });
 }
 
+WeightGrad weight_grad_mode() {
+  if (!weight_grad_override.has_value()) {
+    static const WeightGrad from_env = [] {
+      const char* e = std::getenv("SLIPSTREAM_SLICE_WEIGHT_GRAD");
+      if (e == nullptr || std::string(e) == "gemm") return WeightGrad::gemm;
+      if (std::string(e) == "kernel") return WeightGrad::kernel;
+      throw std::invalid_argument(std::string("SLIPSTREAM_SLICE_WEIGHT_GRAD=") + e +
+                                  ": expected gemm or kernel");
+    }();
+    return from_env;
+  }
+  return *weight_grad_override;
+}
+
+void set_weight_grad_mode(WeightGrad mode) { weight_grad_override = mode; }
+
+bool writes_dlogits(const Problem& p) {
+  return weight_grad_mode() == WeightGrad::gemm && p.dim > 32 && p.dim <= 64 &&
+         supported(p.dim, p.slices) && p.slices % 32 == 0 && wgmma_kernels();
+}
+
 void backward(const Problem& p, const void* fx, const void* gout, const void* os, const void* gs,
               const float* gnorm, void* grad_x, void* grad_fx, float* grad_ws, float* grad_bias,
-              float* tau_acc, float* dot) {
+              float* tau_acc, float* dot, void* dlogits) {
   check_problem(p);
   if ((gout == nullptr) != (os == nullptr)) {
     throw std::invalid_argument("slice kernels: backward needs gout and os both or neither");
   }
+  if (dlogits != nullptr && !writes_dlogits(p)) {
+    throw std::invalid_argument(
+        "slice kernels: backward given dlogits where writes_dlogits is false");
+  }
   with_dim(p, [&](auto d) {
     backward_d<decltype(d)::value>(p, fx, gout, os, gs, gnorm, grad_x, grad_fx, grad_ws, grad_bias,
-                                   tau_acc, dot);
+                                   tau_acc, dot, dlogits);
   });
 }
 

@@ -63,8 +63,28 @@ void expand(const Problem& p, const void* z, void* out);
 // kernel that forms grad_x to the one that forms grad_ws and grad_bias).
 // gout and os both null: no deslice (a context projector's slice tokens),
 // dL/dw = fx gs^T + gnorm.
+// dlogits: null, or (where writes_dlogits(p)) a (B, N, H, G) bf16 buffer
+// that the kernel forming grad_x fills with dL/dlogits = dL/dz / tau, the
+// bf16 values its own product takes; grad_ws and grad_bias are then left
+// alone (may be null), for the caller to form as dlogits^T x over the
+// B N H rows and dlogits' column sums (slice_ops.cpp: two library passes
+// rather than a kernel that recomputes the weights once more).
 void backward(const Problem& p, const void* fx, const void* gout, const void* os, const void* gs,
               const float* gnorm, void* grad_x, void* grad_fx, float* grad_ws, float* grad_bias,
-              float* tau_acc, float* dot);
+              float* tau_acc, float* dot, void* dlogits = nullptr);
+
+// How backward's callers get grad_ws and grad_bias at head sizes above 32
+// on Hopper: gemm (the default), from the dlogits the row kernel writes;
+// kernel, the weight-gradient kernel that recomputes them. Read from
+// SLIPSTREAM_SLICE_WEIGHT_GRAD once (another value is an error naming it);
+// set_weight_grad_mode overrides it (tests, benchmarks).
+enum class WeightGrad { gemm, kernel };
+WeightGrad weight_grad_mode();
+void set_weight_grad_mode(WeightGrad mode);
+
+// Whether backward() takes dlogits for this problem: the gemm mode, the
+// wgmma row kernel of 12 warps (sm_90a, head size 33 - 64, G a multiple
+// of 32). At head size 32 and below the weight-gradient kernel is kept.
+bool writes_dlogits(const Problem& p);
 
 }  // namespace slipstream::aero::slice_kernels
