@@ -5,7 +5,6 @@
 #include <cstdint>
 
 #include "aero/model/kernels/slice_kernels.h"
-#include "aero/model/linear.h"
 #include "aero/model/lt_matmul.h"
 #include "aero/model/parameter_casts.h"
 
@@ -187,9 +186,11 @@ BackwardResult backward(const Weights& in, const at::Tensor& lse, const at::Tens
                      at::empty(in.x.sizes(), in.x.options()),
                      from_dlogits ? at::Tensor() : zeros_f32(in.x, {g, d}),
                      from_dlogits ? at::Tensor() : zeros_f32(in.x, {g}), zeros_f32(in.x, {h})};
-    const auto dlogits = from_dlogits ? at::empty({in.x.size(0), in.x.size(1), h, g},
-                                                  in.x.options().dtype(at::kBFloat16))
-                                      : at::Tensor();
+    const auto bf16_opts = in.x.options().dtype(at::kBFloat16);
+    const auto dlogits =
+        from_dlogits ? at::empty({in.x.size(0), in.x.size(1), h, g}, bf16_opts) : at::Tensor();
+    const auto x_ext =
+        from_dlogits ? at::empty({in.x.size(0), in.x.size(1), h, d + 8}, bf16_opts) : at::Tensor();
     const bool deslice = gout.defined();
     const auto fxb = bf16(fx), gsb = bf16(gs);
     const auto gob = deslice ? bf16(gout) : at::Tensor(), osb = deslice ? bf16(os) : at::Tensor();
@@ -201,14 +202,18 @@ BackwardResult backward(const Weights& in, const at::Tensor& lse, const at::Tens
                             from_dlogits ? nullptr : r.grad_ws.data_ptr<float>(),
                             from_dlogits ? nullptr : r.grad_bias.data_ptr<float>(),
                             r.tau_acc.data_ptr<float>(), dot.data_ptr<float>(),
-                            from_dlogits ? dlogits.data_ptr() : nullptr);
+                            from_dlogits ? dlogits.data_ptr() : nullptr,
+                            from_dlogits ? x_ext.data_ptr() : nullptr);
     if (from_dlogits) {
-      // ws is shared by the heads: grad_ws sums over every (b, n, h) row.
-      const auto rows = dlogits.view({-1, g}), xs = k.x.view({-1, d});
-      if (!lt_matmul::mm(rows.t(), xs, {}, {}, r.grad_ws, at::kFloat)) {
-        r.grad_ws = rows.t().mm(xs).to(at::kFloat);
+      // ws is shared by the heads: the sums run over every (b, n, h) row;
+      // x_ext's column of ones gives grad_bias in the same GEMM.
+      const auto rows = dlogits.view({-1, g}), xs = x_ext.view({-1, d + 8});
+      at::Tensor both;
+      if (!lt_matmul::mm(rows.t(), xs, {}, {}, both, at::kFloat)) {
+        both = rows.t().mm(xs).to(at::kFloat);
       }
-      r.grad_bias = column_sum(rows);
+      r.grad_ws = both.narrow(1, 0, d).contiguous();
+      r.grad_bias = both.select(1, d).contiguous();
     }
     return r;
   }

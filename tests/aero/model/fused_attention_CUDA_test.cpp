@@ -110,10 +110,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FusedAttentionCudaTest,
                                            Case{112, 2, 64, 4099}, Case{224, 4, 48, 33}));
 
 // grad_ws and grad_bias made from the dL/dlogits that the row kernel writes
-// (a GEMM and column sums) against the weight-gradient kernel that
-// recomputes them, at head size 56 with and without a deslice: grad_x and
-// grad_fx come from the same arithmetic, bit for bit; grad_ws differs by
-// fp32 summation order, grad_bias also by its terms' bf16 rounding.
+// (one GEMM with x and a column of ones) against the weight-gradient kernel
+// that recomputes them, at head size 56 with and without a deslice: grad_x
+// and grad_fx come from the same arithmetic, bit for bit; grad_ws differs
+// by fp32 summation order, grad_bias also by its terms' bf16 rounding.
 TEST(SliceBackwardCudaTest, WeightGradientFromDlogitsMatchesItsKernel_CUDA) {
   SKIP_WITHOUT_CUDA();
 #ifndef SLIPSTREAM_WITH_CUDA

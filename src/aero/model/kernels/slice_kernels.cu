@@ -1189,7 +1189,9 @@ __device__ inline void load_tiled(bf16* dst, const bf16* src, int g) {
 // C: slices a batch of products (16 or 32; wgmma m64n16 costs 16 SM
 // cycles, m64n32 19.5: scripts/wgmma_rate.cu on an H200). W: warps a block.
 // kDlogits: pass 2 also writes dL/dlogits, the A operand of its grad_x
-// product (the same bf16 values), to dlogits (B, N, H, G).
+// product (the same bf16 values), to dlogits (B, N, H, G), and each tile
+// writes its x rows to x_ext (B, N, H, D + 8) with a one and seven zeros
+// after them (slice_kernels.h).
 template <int D, bool kDeslice, int C, int W, bool kDlogits>
 __global__ void __launch_bounds__(W * 32, 16 / W)
     backward_wg_kernel(Problem p, const bf16* __restrict__ fx, const bf16* __restrict__ gout,
@@ -1197,7 +1199,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
                        const float* __restrict__ gnorm_in, bf16* __restrict__ grad_x,
                        bf16* __restrict__ grad_fx, float* __restrict__ dot_out,
                        float* __restrict__ tau_acc, bf16* __restrict__ dlogits,
-                       int groups_per_block) {
+                       bf16* __restrict__ x_ext, int groups_per_block) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int KS = ksteps(D), DP = 16 * KS, J = C / 8;  // J: 8-wide slice tiles a batch
   const int g = static_cast<int>(p.slices);
@@ -1343,6 +1345,29 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
       tile.store(grad_fx, hd, lane, afx);
     }
     tile.store_row_sums(dot_out, hd, lane, dot);
+    if constexpr (kDlogits) {
+      // x_ext's rows a and b from the tile's A fragments (columns 16 k + c0
+      // and 16 k + 8 + c0 of each k step, those below D), then the tail:
+      // 1 at column D, 0 after it, 16 bytes from the row's first lane.
+      const int64_t row = (hd.b * hd.n + tile.na) * hd.heads + hd.h;
+      bf16* const xa = x_ext + row * (D + 8);
+      bf16* const xb = xa + 8 * hd.heads * (D + 8);
+#pragma unroll
+      for (int k = 0; k < KS; ++k) {
+        const int col = 16 * k + c0;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          if (16 * k + 8 * half >= D) continue;
+          if (tile.va) *reinterpret_cast<uint32_t*>(xa + col + 8 * half) = tile.x[k][2 * half];
+          if (tile.vb) *reinterpret_cast<uint32_t*>(xb + col + 8 * half) = tile.x[k][2 * half + 1];
+        }
+      }
+      if (c0 == 0) {
+        const uint4 tail = make_uint4(pack_bf16(1.0f, 0.0f), 0u, 0u, 0u);
+        if (tile.va) *reinterpret_cast<uint4*>(xa + D) = tail;
+        if (tile.vb) *reinterpret_cast<uint4*>(xb + D) = tail;
+      }
+    }
 
     // Pass 2: dL/dz, tau's sum and grad_x = (dL/dz / tau) ws.
     float ax[D / 8][4] = {};
@@ -1858,7 +1883,7 @@ void expand_d(const Problem& p, const void* z, void* out) {
 template <int D, bool kDeslice>
 void backward_dd(const Problem& p, const bf16* fx, const bf16* gout, const bf16* os, const bf16* gs,
                  const float* gnorm, void* grad_x, void* grad_fx, float* grad_ws, float* grad_bias,
-                 float* tau_acc, float* dot, void* dlogits) {
+                 float* tau_acc, float* dot, void* dlogits, void* x_ext) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
   const size_t smem = make_back_plan(D, static_cast<int>(p.slices)).bytes;
   int per = 0;
@@ -1870,7 +1895,7 @@ void backward_dd(const Problem& p, const bf16* fx, const bf16* gout, const bf16*
       const dim3 grid = launch_grid(kernel, 12 * 32, wg_smem, p, &per, kWgPoints);
       kernel<<<grid, 12 * 32, wg_smem, stream>>>(
           p, fx, gout, os, gs, gnorm, static_cast<bf16*>(grad_x), static_cast<bf16*>(grad_fx), dot,
-          tau_acc, static_cast<bf16*>(dlogits), per);
+          tau_acc, static_cast<bf16*>(dlogits), static_cast<bf16*>(x_ext), per);
       check_launch("backward");
     }
     return;
@@ -1881,7 +1906,7 @@ void backward_dd(const Problem& p, const bf16* fx, const bf16* gout, const bf16*
       const dim3 grid = launch_grid(kernel, warps * 32, wg_smem, p, &per, kWgPoints);
       kernel<<<grid, warps * 32, wg_smem, stream>>>(
           p, fx, gout, os, gs, gnorm, static_cast<bf16*>(grad_x), static_cast<bf16*>(grad_fx), dot,
-          tau_acc, nullptr, per);
+          tau_acc, nullptr, nullptr, per);
     };
     // Batches of 32 slices where they divide G. Above D 32 their registers
     // (161 at D 56) need blocks of 12 warps, one an SM; at D 32 and below
@@ -1933,7 +1958,7 @@ void backward_dd(const Problem& p, const bf16* fx, const bf16* gout, const bf16*
 template <int D>
 void backward_d(const Problem& p, const void* fx, const void* gout, const void* os, const void* gs,
                 const float* gnorm, void* grad_x, void* grad_fx, float* grad_ws, float* grad_bias,
-                float* tau_acc, float* dot, void* dlogits) {
+                float* tau_acc, float* dot, void* dlogits, void* x_ext) {
   if (p.points == 0) return;
   const auto* fx_b = static_cast<const bf16*>(fx);
   const auto* gout_b = static_cast<const bf16*>(gout);
@@ -1941,10 +1966,10 @@ void backward_d(const Problem& p, const void* fx, const void* gout, const void* 
   const auto* gs_b = static_cast<const bf16*>(gs);
   if (gout == nullptr) {
     backward_dd<D, false>(p, fx_b, nullptr, nullptr, gs_b, gnorm, grad_x, grad_fx, grad_ws,
-                          grad_bias, tau_acc, dot, dlogits);
+                          grad_bias, tau_acc, dot, dlogits, x_ext);
   } else {
     backward_dd<D, true>(p, fx_b, gout_b, os_b, gs_b, gnorm, grad_x, grad_fx, grad_ws, grad_bias,
-                         tau_acc, dot, dlogits);
+                         tau_acc, dot, dlogits, x_ext);
   }
 }
 
@@ -2007,10 +2032,13 @@ bool writes_dlogits(const Problem& p) {
 
 void backward(const Problem& p, const void* fx, const void* gout, const void* os, const void* gs,
               const float* gnorm, void* grad_x, void* grad_fx, float* grad_ws, float* grad_bias,
-              float* tau_acc, float* dot, void* dlogits) {
+              float* tau_acc, float* dot, void* dlogits, void* x_ext) {
   check_problem(p);
   if ((gout == nullptr) != (os == nullptr)) {
     throw std::invalid_argument("slice kernels: backward needs gout and os both or neither");
+  }
+  if ((dlogits == nullptr) != (x_ext == nullptr)) {
+    throw std::invalid_argument("slice kernels: backward needs dlogits and x_ext both or neither");
   }
   if (dlogits != nullptr && !writes_dlogits(p)) {
     throw std::invalid_argument(
@@ -2018,7 +2046,7 @@ void backward(const Problem& p, const void* fx, const void* gout, const void* os
   }
   with_dim(p, [&](auto d) {
     backward_d<decltype(d)::value>(p, fx, gout, os, gs, gnorm, grad_x, grad_fx, grad_ws, grad_bias,
-                                   tau_acc, dot, dlogits);
+                                   tau_acc, dot, dlogits, x_ext);
   });
 }
 

@@ -63,15 +63,17 @@ void expand(const Problem& p, const void* z, void* out);
 // kernel that forms grad_x to the one that forms grad_ws and grad_bias).
 // gout and os both null: no deslice (a context projector's slice tokens),
 // dL/dw = fx gs^T + gnorm.
-// dlogits: null, or (where writes_dlogits(p)) a (B, N, H, G) bf16 buffer
-// that the kernel forming grad_x fills with dL/dlogits = dL/dz / tau, the
-// bf16 values its own product takes; grad_ws and grad_bias are then left
-// alone (may be null), for the caller to form as dlogits^T x over the
-// B N H rows and dlogits' column sums (slice_ops.cpp: two library passes
-// rather than a kernel that recomputes the weights once more).
+// dlogits and x_ext: both null, or (where writes_dlogits(p)) a (B, N, H, G)
+// and a (B, N, H, D + 8) bf16 buffer that the kernel forming grad_x fills
+// with dL/dlogits = dL/dz / tau (the bf16 values its own product takes) and
+// with x, a one and seven zeros a row. grad_ws and grad_bias are then left
+// alone (may be null), for the caller to read from one GEMM over the B N H
+// rows, dlogits^T x_ext: its first D columns are grad_ws, column D
+// grad_bias (slice_ops.cpp: a library GEMM rather than a kernel that
+// recomputes the weights once more).
 void backward(const Problem& p, const void* fx, const void* gout, const void* os, const void* gs,
               const float* gnorm, void* grad_x, void* grad_fx, float* grad_ws, float* grad_bias,
-              float* tau_acc, float* dot, void* dlogits = nullptr);
+              float* tau_acc, float* dot, void* dlogits = nullptr, void* x_ext = nullptr);
 
 // How backward's callers get grad_ws and grad_bias at head sizes above 32
 // on Hopper: gemm (the default), from the dlogits the row kernel writes;
