@@ -3,16 +3,19 @@
 //   forward  (kMode 0): h = x W1^T + b1 (bf16), a = gelu(h)      -> h, a
 //   backward (kMode 1): g = bf16(dY W2) (the fc2 input gradient),
 //                       dh = g gelu'(h), a = gelu(h)             -> dh, a, and
-//                       per-CTA column sums of dh (b1's gradient)
-// M x N = A (M x K) B (N x K)^T, K = 448, N a multiple of 128; 128 x 128
-// tiles, two warpgroups of wgmma m64n128k16 (A from registers through
-// ldmatrix, B from shared memory), a three-stage cp.async pipeline, two
-// CTAs an SM. It prints how many outputs differ from a one-thread-an-output
-// reference by more than 1 bf16 ulp, and the times against cuBLAS's GEMM
-// plus a separate GELU pass. Written on 2026-12-04 on a machine without a
-// GPU (it compiles there: 126 and 128 registers, no spills) and not yet
-// run: a question for the next device session, not a result.
-// Run: bash scripts/gpu_check.sh gelugemm (GELU_GEMM_M rows, default 200000).
+//                       column sums of dh per stream and warp (b1's gradient)
+// M x N = A (M x K) B (N x K)^T, K = 448, N = 1792. It prints how many
+// outputs differ from a one-thread-an-output reference by more than 1 bf16
+// ulp, and the times against cuBLAS's GEMM plus a separate GELU pass.
+// Measured on an H200 (2026-12-04, M 200,000; docs/benchmarks.md): cuBLAS
+// 0.45-0.48 ms; this layout's main loop alone 0.97 ms (PROBE_EPI=0), the
+// forward 1.72-1.74, the backward 3.97-4.01 (BK 16, 5 or 6 stages; BK 32,
+// 3 stages: 1.07, 1.92, 3.44). An earlier layout (128 x 128 tiles, both operands streamed,
+// two CTAs an SM) ran its main loop in 1.78 ms with L2 85 % busy. Slower
+// than the library's unfused pair (~0.88 and ~1.19 ms): kept as the record
+// of what was tried, not used.
+// Run: bash scripts/gpu_check.sh gelugemm (GELU_GEMM_M rows, default 200000);
+// -DPROBE_EPI, -DPROBE_BK, -DPROBE_STAGES pick the variants.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

@@ -939,7 +939,9 @@ __global__ void __launch_bounds__(kRegThreads)
 // left out, gout and os unread.
 // The B operands whose k runs over slices (ws, os and gs, stored slices x
 // D) come through ldmatrix.trans.
-// weight_grad_kernel, column ownership (the reduce's pipeline): each warp
+// weight_grad_kernel (at head sizes above 32 on Hopper the caller forms
+// these sums from the row kernel's dL/dlogits instead: writes_dlogits in
+// slice_kernels.h), column ownership (the reduce's pipeline): each warp
 // owns one chunk of slices and sums over points grad_ws = (dL/dz / tau)^T
 // x and grad_bias = sum (dL/dz / tau), recomputing the weights and dL/dw
 // for its chunk from stages of x, gout, fx, lse and dot. Sums over points
@@ -1889,6 +1891,9 @@ void backward_dd(const Problem& p, const bf16* fx, const bf16* gout, const bf16*
   int per = 0;
   if (dlogits != nullptr) {
     // Only the 12-warp form writes them (writes_dlogits: D > 32, G % 32 == 0).
+    // In place of weight_grad_kernel (9.6 ms a step at D 56 in the
+    // GeoTransolver volume profile): the step 138.50/138.52 ms against
+    // 140.35/140.03 with it (H200, same-machine A/B, 2026-12-04).
     if constexpr (D > 32) {
       const size_t wg_smem = make_wg_back_plan(16 * ksteps(D), static_cast<int>(p.slices)).bytes;
       const auto kernel = backward_wg_kernel<D, kDeslice, 32, 12, true>;
