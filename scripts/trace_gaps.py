@@ -10,10 +10,11 @@ them. Each gap is put down to the activity that follows it:
            something else: an event, a copy, another stream).
 Usage: trace_gaps.py TRACE.json [STEPS] [TOP]
 """
-import bisect
 import collections
 import json
 import sys
+
+from trace_index import TraceIndex
 
 
 def main():
@@ -23,27 +24,12 @@ def main():
     events = json.load(open(path)).get("traceEvents", [])
     gpu = sorted((e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
                   and "dur" in e), key=lambda e: e["ts"])
-    launches = {}
-    for e in events:
-        if e.get("cat") == "cuda_runtime":
-            c = e.get("args", {}).get("correlation")
-            if c is not None:
-                launches[c] = e
-    # Operators per host thread, for "which operator was the host in".
-    ops = collections.defaultdict(list)
-    for e in events:
-        if e.get("cat") in ("cpu_op", "user_annotation") and "dur" in e:
-            ops[e.get("tid")].append(e)
-    starts = {}
-    for tid, lst in ops.items():
-        lst.sort(key=lambda e: e["ts"])
-        starts[tid] = [e["ts"] for e in lst]
+    index = TraceIndex(events)
+    ops = index.ops
 
     def enclosing(tid, ts):
         """Outermost and innermost operators on `tid` open at `ts`."""
-        lst = ops.get(tid, [])
-        hi = bisect.bisect_right(starts.get(tid, []), ts)
-        open_ops = [e for e in lst[max(0, hi - 400):hi] if e["ts"] + e["dur"] >= ts]
+        open_ops = index.open_ops(tid, ts)
         if not open_ops:
             return "(none)", "(none)"
         return open_ops[0]["name"], open_ops[-1]["name"]
@@ -61,7 +47,7 @@ def main():
         gap = e["ts"] - end
         if gap > 1.0:  # microseconds
             total_gap += gap
-            launch = launches.get(e.get("args", {}).get("correlation"))
+            launch = index.launch_of(e)
             if launch is None:
                 key = ("unknown", "(no launch record)", e.get("name", "?")[:60])
             elif launch["ts"] > end:

@@ -12,10 +12,11 @@ a graph's replay has no such link, so profile with the graph off
 (training.cuda_graph=false) to see it.
 Usage: trace_small.py TRACE.json [STEPS] [COMMONEST (default 25)]
 """
-import bisect
 import collections
 import json
 import sys
+
+from trace_index import TraceIndex
 
 
 def main():
@@ -38,27 +39,13 @@ def main():
     for name, n in count.most_common(top):
         print("%6.0f %7.3f ms  %s" % (n / steps, time[name] / 1e3 / steps, name))
 
-    launches = {}
-    for e in events:
-        if e.get("cat") == "cuda_runtime" and e.get("args", {}).get("correlation") is not None:
-            launches[e["args"]["correlation"]] = e
-    ops = collections.defaultdict(list)
-    for e in events:
-        if e.get("cat") in ("cpu_op", "user_annotation") and "dur" in e:
-            ops[e.get("tid")].append(e)
-    starts = {}
-    for tid, lst in ops.items():
-        lst.sort(key=lambda e: e["ts"])
-        starts[tid] = [e["ts"] for e in lst]
+    index = TraceIndex(events)
 
     def origin(kernel):
-        launch = launches.get(kernel.get("args", {}).get("correlation"))
+        launch = index.launch_of(kernel)
         if launch is None:
             return "(no launch call: a graph replay?)"
-        tid, ts = launch.get("tid"), launch["ts"]
-        hi = bisect.bisect_right(starts.get(tid, []), ts)
-        open_ops = [e["name"] for e in ops.get(tid, [])[max(0, hi - 400):hi]
-                    if e["ts"] + e["dur"] >= ts]
+        open_ops = [e["name"] for e in index.open_ops(launch.get("tid"), launch["ts"])]
         return " < ".join(reversed(open_ops[-2:])) if open_ops else "(no operator)"
 
     by, by_time = collections.Counter(), collections.Counter()
