@@ -1902,6 +1902,8 @@ void backward_dd(const Problem& p, const bf16* fx, const bf16* gout, const bf16*
           p, fx, gout, os, gs, gnorm, static_cast<bf16*>(grad_x), static_cast<bf16*>(grad_fx), dot,
           tau_acc, static_cast<bf16*>(dlogits), static_cast<bf16*>(x_ext), per);
       check_launch("backward");
+    } else {
+      throw std::invalid_argument("slice kernels: no dlogits at head size 32 and below");
     }
     return;
   }
