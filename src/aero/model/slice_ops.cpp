@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "aero/model/kernels/slice_kernels.h"
 #include "aero/model/lt_matmul.h"
@@ -212,8 +213,9 @@ BackwardResult backward(const Weights& in, const at::Tensor& lse, const at::Tens
       if (!lt_matmul::mm(rows.t(), xs, {}, {}, both, at::kFloat)) {
         both = rows.t().mm(xs).to(at::kFloat);
       }
-      r.grad_ws = both.narrow(1, 0, d).contiguous();
-      r.grad_bias = both.select(1, d).contiguous();
+      auto grads = weight_grads_from_product(both, d);
+      r.grad_ws = std::move(grads.grad_ws);
+      r.grad_bias = std::move(grads.grad_bias);
     }
     return r;
   }
@@ -233,6 +235,28 @@ BackwardResult backward(const Weights& in, const at::Tensor& lse, const at::Tens
   r.grad_ws = at::einsum("bnhg,bnhd->gd", {gl, in.x.to(t)});
   r.grad_bias = gl.sum({0, 1, 2});
   r.tau_acc = (gz * z).sum({0, 1, 3});
+  return r;
+}
+
+WeightGrads weight_grads_from_product(const at::Tensor& product, int64_t dim) {
+  TORCH_CHECK(dim == 56 || dim == 64, "slice ops: weight gradients from dL/dlogits need head size ",
+              "56 or 64, got ", dim);
+  TORCH_CHECK(product.dim() == 2 && product.size(0) % 32 == 0 && product.size(1) == dim + 8,
+              "slice ops: the dL/dlogits product must be (G, ", dim + 8,
+              ") with G a multiple of 32, got ", product.sizes());
+  const int64_t g = product.size(0);
+  // Row 32 b + 8 q + 2 m + e holds slice 32 b + 8 m + 2 q + e: dims
+  // (b, q, m, e) read as (b, m, q, e).
+  const auto rows = product.view({g / 32, 4, 4, 2, dim + 8}).permute({0, 2, 1, 3, 4});
+  // Of the first 64 columns, 32 a + 8 q + 4 k + 2 m + e holds column
+  // 32 a + 16 k + 8 m + 2 q + e: dims (a, q, k, m, e) read as (a, k, m, q, e).
+  const auto cols = rows.narrow(4, 0, 64)
+                        .reshape({g / 32, 4, 4, 2, 2, 4, 2, 2, 2})
+                        .permute({0, 1, 2, 3, 4, 6, 7, 5, 8})
+                        .reshape({g, 64});
+  WeightGrads r;
+  r.grad_ws = cols.narrow(1, 0, dim).contiguous();
+  r.grad_bias = dim < 64 ? cols.select(1, dim).contiguous() : rows.select(4, 64).reshape({g});
   return r;
 }
 

@@ -60,4 +60,14 @@ BackwardResult backward(const Weights& in, const at::Tensor& lse, const at::Tens
                         const at::Tensor& gout, const at::Tensor& os, const at::Tensor& gs,
                         const at::Tensor& gnorm);
 
+// grad_ws (G, D) and grad_bias (G), fp32, from the (G, D + 8) product
+// dlogits^T x_ext whose rows and columns are in the kernels' orders
+// (slice_kernels.h: dlogits_column, x_ext_column), as backward forms it
+// where the row kernel writes dL/dlogits. D 56 or 64, G a multiple of 32;
+// anything else is an error.
+struct WeightGrads {
+  at::Tensor grad_ws, grad_bias;
+};
+WeightGrads weight_grads_from_product(const at::Tensor& product, int64_t dim);
+
 }  // namespace slipstream::aero::slice_ops

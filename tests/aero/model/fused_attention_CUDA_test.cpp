@@ -21,6 +21,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
 
 namespace slipstream::aero {
 namespace {
@@ -110,19 +111,20 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FusedAttentionCudaTest,
                                            Case{112, 2, 64, 4099}, Case{224, 4, 48, 33}));
 
 // grad_ws and grad_bias made from the dL/dlogits that the row kernel writes
-// (one GEMM with x and a column of ones) against the weight-gradient kernel
-// that recomputes them, at head size 56 with and without a deslice: grad_x
-// and grad_fx come from the same arithmetic, bit for bit; grad_ws differs
-// by fp32 summation order, grad_bias also by its terms' bf16 rounding.
+// (one GEMM with x and a column of ones, both in the kernels' column
+// orders) against the weight-gradient kernel that recomputes them, at head
+// sizes 56 and 64 with and without a deslice: grad_x and grad_fx come from
+// the same arithmetic, bit for bit; grad_ws differs by fp32 summation
+// order, grad_bias also by its terms' bf16 rounding.
 TEST(SliceBackwardCudaTest, WeightGradientFromDlogitsMatchesItsKernel_CUDA) {
   SKIP_WITHOUT_CUDA();
 #ifndef SLIPSTREAM_WITH_CUDA
   GTEST_SKIP() << "built without CUDA";
 #else
   namespace sk = slice_kernels;
-  const int64_t heads = 8, d = 56, g = 256;
+  const int64_t heads = 8, g = 256;
   sk::Problem shape;
-  shape.dim = d;
+  shape.dim = 56;
   shape.slices = g;
   const auto saved = sk::weight_grad_mode();
   sk::set_weight_grad_mode(sk::WeightGrad::gemm);
@@ -132,7 +134,8 @@ TEST(SliceBackwardCudaTest, WeightGradientFromDlogitsMatchesItsKernel_CUDA) {
   }
   const auto bf = torch::dtype(torch::kBFloat16).device(torch::kCUDA);
   const auto f = torch::dtype(torch::kFloat).device(torch::kCUDA);
-  for (const int64_t points : {33, 4099, 70001}) {
+  for (const auto& [d, points] :
+       {std::pair<int64_t, int64_t>{56, 33}, {56, 4099}, {56, 70001}, {64, 33}, {64, 70001}}) {
     for (const bool deslice : {true, false}) {
       torch::manual_seed(5 + points);
       slice_ops::Weights in{torch::randn({2, points, heads, d}, bf),
@@ -151,15 +154,15 @@ TEST(SliceBackwardCudaTest, WeightGradientFromDlogitsMatchesItsKernel_CUDA) {
       const double ws = relative_error(got.grad_ws, want.grad_ws),
                    bias = relative_error(got.grad_bias, want.grad_bias),
                    tau = relative_error(got.tau_acc, want.tau_acc);
-      std::printf("N=%ld deslice %d: grad_ws %.2e grad_bias %.2e tau %.2e\n",
-                  static_cast<long>(points), deslice ? 1 : 0, ws, bias, tau);
-      EXPECT_TRUE(torch::equal(got.grad_x, want.grad_x)) << points;
-      EXPECT_TRUE(torch::equal(got.grad_fx, want.grad_fx)) << points;
+      std::printf("D=%ld N=%ld deslice %d: grad_ws %.2e grad_bias %.2e tau %.2e\n",
+                  static_cast<long>(d), static_cast<long>(points), deslice ? 1 : 0, ws, bias, tau);
+      EXPECT_TRUE(torch::equal(got.grad_x, want.grad_x)) << d << " " << points;
+      EXPECT_TRUE(torch::equal(got.grad_fx, want.grad_fx)) << d << " " << points;
       EXPECT_EQ(got.grad_ws.scalar_type(), torch::kFloat);
       EXPECT_EQ(got.grad_bias.scalar_type(), torch::kFloat);
-      EXPECT_LE(ws, 1e-3) << points;
-      EXPECT_LE(bias, 1e-2) << points;
-      EXPECT_LE(tau, 1e-4) << points;
+      EXPECT_LE(ws, 1e-3) << d << " " << points;
+      EXPECT_LE(bias, 1e-2) << d << " " << points;
+      EXPECT_LE(tau, 1e-4) << d << " " << points;
     }
   }
   sk::set_weight_grad_mode(saved);

@@ -5,6 +5,7 @@
 // CUDA kernels are held to the same reference on the device
 // (fused_attention_CUDA_test).
 #include "aero/model/fused_physics_attention.h"
+#include "aero/model/kernels/slice_kernels.h"
 #include "aero/model/slice_ops.h"
 #include "aero/model/transolver.h"
 
@@ -117,6 +118,45 @@ TEST(FusedAttentionCpuTest, MismatchedInputsNameTheirShapes) {
   } catch (const c10::Error& e) {
     EXPECT_NE(std::string(e.what_without_backtrace()).find("[1, 4, 2, 8]"), std::string::npos);
   }
+}
+
+// The row kernel writes dL/dlogits and x_ext in column orders of its own
+// (slice_kernels.h); the host reads grad_ws and grad_bias out of their
+// product through weight_grads_from_product. A product laid out by the
+// header's functions gives back every element in place.
+TEST(SliceWeightGradsTest, ProductInTheKernelsOrderGivesEveryGradientInPlace) {
+  namespace sk = slice_kernels;
+  for (const int64_t d : {56, 64}) {
+    for (const int64_t g : {32, 256}) {
+      const auto want = torch::randn({g, d + 8}, torch::kFloat64);
+      std::vector<int64_t> row(g), col(d + 8);
+      for (int64_t s = 0; s < g; ++s) row[s] = sk::dlogits_column(s);
+      for (int64_t c = 0; c < d + 8; ++c) col[c] = sk::x_ext_column(c);
+      const auto rows = torch::tensor(row), cols = torch::tensor(col);
+      // Each a permutation: every stored position taken once.
+      EXPECT_TRUE(torch::equal(std::get<0>(rows.sort()), torch::arange(g)));
+      EXPECT_TRUE(torch::equal(std::get<0>(cols.sort()), torch::arange(d + 8)));
+      auto stored = torch::zeros_like(want);
+      stored.index_put_({rows.unsqueeze(1), cols.unsqueeze(0)}, want);
+      const auto got = slice_ops::weight_grads_from_product(stored, d);
+      EXPECT_TRUE(torch::equal(got.grad_ws, want.narrow(1, 0, d))) << d << " " << g;
+      EXPECT_TRUE(torch::equal(got.grad_bias, want.select(1, d))) << d << " " << g;
+      EXPECT_TRUE(got.grad_ws.is_contiguous());
+    }
+  }
+  // 32 slices keep their places only where the lanes' 16 bytes line up:
+  // slice 8 is the second value of lane 0's run.
+  EXPECT_EQ(sk::dlogits_column(8), 2);
+  EXPECT_EQ(sk::dlogits_column(2), 8);
+  EXPECT_EQ(sk::dlogits_column(40), 34);
+  EXPECT_EQ(sk::x_ext_column(56), 38);
+  EXPECT_EQ(sk::x_ext_column(64), 64);
+}
+
+TEST(SliceWeightGradsTest, OtherShapesAreErrors) {
+  EXPECT_THROW(slice_ops::weight_grads_from_product(torch::zeros({256, 40}), 32), c10::Error);
+  EXPECT_THROW(slice_ops::weight_grads_from_product(torch::zeros({48, 64}), 56), c10::Error);
+  EXPECT_THROW(slice_ops::weight_grads_from_product(torch::zeros({256, 72}), 56), c10::Error);
 }
 
 }  // namespace

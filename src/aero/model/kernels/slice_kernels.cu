@@ -1193,7 +1193,11 @@ __device__ inline void load_tiled(bf16* dst, const bf16* src, int g) {
 // kDlogits: pass 2 also writes dL/dlogits, the A operand of its grad_x
 // product (the same bf16 values), to dlogits (B, N, H, G), and each tile
 // writes its x rows to x_ext (B, N, H, D + 8) with a one and seven zeros
-// after them (slice_kernels.h).
+// after them, both in the column orders of slice_kernels.h
+// (dlogits_column, x_ext_column): a lane's values of a row, 8 columns
+// apart in the fragment, are 16 contiguous bytes there, one store (four
+// lanes fill a row's 64 bytes of a batch) where the natural order takes
+// four stores of 4 bytes, each half a sector.
 template <int D, bool kDeslice, int C, int W, bool kDlogits>
 __global__ void __launch_bounds__(W * 32, 16 / W)
     backward_wg_kernel(Problem p, const bf16* __restrict__ fx, const bf16* __restrict__ gout,
@@ -1348,23 +1352,28 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
     }
     tile.store_row_sums(dot_out, hd, lane, dot);
     if constexpr (kDlogits) {
-      // x_ext's rows a and b from the tile's A fragments (columns 16 k + c0
-      // and 16 k + 8 + c0 of each k step, those below D), then the tail:
-      // 1 at column D, 0 after it, 16 bytes from the row's first lane.
+      // x_ext's rows a and b from the tile's A fragments: k steps 2 kk and
+      // 2 kk + 1 (columns 16 k + 8 m + c0 + {0, 1}, m < 2) are this lane's
+      // 16 bytes at 32 kk + 4 c0 (x_ext_column). Then the one at column D
+      // and zeros after it: inside the fragments' zero half step at D 56,
+      // 16 bytes after them from the row's first lane at D 64.
+      static_assert(C == 32 && KS == 4 && (D == DP || D == DP - 8),
+                    "dL/dlogits are written for head sizes 56 and 64, slices in batches of 32");
       const int64_t row = (hd.b * hd.n + tile.na) * hd.heads + hd.h;
       bf16* const xa = x_ext + row * (D + 8);
       bf16* const xb = xa + 8 * hd.heads * (D + 8);
+      const uint32_t one = c0 == 0 ? pack_bf16(1.0f, 0.0f) : 0u;
 #pragma unroll
-      for (int k = 0; k < KS; ++k) {
-        const int col = 16 * k + c0;
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          if (16 * k + 8 * half >= D) continue;
-          if (tile.va) *reinterpret_cast<uint32_t*>(xa + col + 8 * half) = tile.x[k][2 * half];
-          if (tile.vb) *reinterpret_cast<uint32_t*>(xb + col + 8 * half) = tile.x[k][2 * half + 1];
-        }
+      for (int kk = 0; kk < KS / 2; ++kk) {
+        uint4 wa = make_uint4(tile.x[2 * kk][0], tile.x[2 * kk][2], tile.x[2 * kk + 1][0],
+                              tile.x[2 * kk + 1][2]);
+        uint4 wb = make_uint4(tile.x[2 * kk][1], tile.x[2 * kk][3], tile.x[2 * kk + 1][1],
+                              tile.x[2 * kk + 1][3]);
+        if (D < DP && kk == KS / 2 - 1) wa.w = wb.w = one;  // column 56 = 16 * 3 + 8
+        if (tile.va) *reinterpret_cast<uint4*>(xa + 32 * kk + 4 * c0) = wa;
+        if (tile.vb) *reinterpret_cast<uint4*>(xb + 32 * kk + 4 * c0) = wb;
       }
-      if (c0 == 0) {
+      if (D == DP && c0 == 0) {
         const uint4 tail = make_uint4(pack_bf16(1.0f, 0.0f), 0u, 0u, 0u);
         if (tile.va) *reinterpret_cast<uint4*>(xa + D) = tail;
         if (tile.vb) *reinterpret_cast<uint4*>(xb + D) = tail;
@@ -1386,13 +1395,16 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
           tau_sum += gz * z[j][e];
           v[j][e] = gz * inv_tau;  // dL/dlogits
         }
-        if constexpr (kDlogits) {
-          const int s = s0 + 8 * j + c0;
-          if (tile.va) *reinterpret_cast<uint32_t*>(dla + s) = pack_bf16(v[j][0], v[j][1]);
-          if (tile.vb) {
-            *reinterpret_cast<uint32_t*>(dla + 8 * hd.heads * g + s) = pack_bf16(v[j][2], v[j][3]);
-          }
-        }
+      }
+      if constexpr (kDlogits) {
+        // Slices s0 + 8 j + c0 + {0, 1} of rows a, b: 16 bytes at s0 + 4 c0
+        // (dlogits_column).
+        const uint4 ra = make_uint4(pack_bf16(v[0][0], v[0][1]), pack_bf16(v[1][0], v[1][1]),
+                                    pack_bf16(v[2][0], v[2][1]), pack_bf16(v[3][0], v[3][1]));
+        const uint4 rb = make_uint4(pack_bf16(v[0][2], v[0][3]), pack_bf16(v[1][2], v[1][3]),
+                                    pack_bf16(v[2][2], v[2][3]), pack_bf16(v[3][2], v[3][3]));
+        if (tile.va) *reinterpret_cast<uint4*>(dla + s0 + 4 * c0) = ra;
+        if (tile.vb) *reinterpret_cast<uint4*>(dla + 8 * hd.heads * g + s0 + 4 * c0) = rb;
       }
       return ws_mn;
     });

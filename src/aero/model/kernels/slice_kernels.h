@@ -66,11 +66,12 @@ void expand(const Problem& p, const void* z, void* out);
 // dlogits and x_ext: both null, or (where writes_dlogits(p)) a (B, N, H, G)
 // and a (B, N, H, D + 8) bf16 buffer that the kernel forming grad_x fills
 // with dL/dlogits = dL/dz / tau (the bf16 values its own product takes) and
-// with x, a one and seven zeros a row. grad_ws and grad_bias are then left
-// alone (may be null), for the caller to read from one GEMM over the B N H
-// rows, dlogits^T x_ext: its first D columns are grad_ws, column D
-// grad_bias (slice_ops.cpp: a library GEMM rather than a kernel that
-// recomputes the weights once more).
+// with x, a one and seven zeros a row, each row's columns in the order of
+// dlogits_column and x_ext_column below. grad_ws and grad_bias are then
+// left alone (may be null), for the caller to read from one GEMM over the
+// B N H rows, dlogits^T x_ext, a (G, D + 8) matrix in those orders: its
+// columns 0 .. D - 1 are grad_ws, column D grad_bias (slice_ops.cpp: a
+// library GEMM rather than a kernel that recomputes the weights once more).
 void backward(const Problem& p, const void* fx, const void* gout, const void* os, const void* gs,
               const float* gnorm, void* grad_x, void* grad_fx, float* grad_ws, float* grad_bias,
               float* tau_acc, float* dot, void* dlogits = nullptr, void* x_ext = nullptr);
@@ -84,9 +85,27 @@ enum class WeightGrad { gemm, kernel };
 WeightGrad weight_grad_mode();
 void set_weight_grad_mode(WeightGrad mode);
 
+// Where dlogits and x_ext keep a row's columns: in the order that lets each
+// lane of the row kernel write its fragment values as 16 contiguous bytes
+// (mma's A layout: lane 4 r + q holds columns 8 m + 2 q + {0, 1}).
+// dlogits: in each run of 32 slices, slice 8 m + 2 q + e (m, q < 4, e < 2)
+// at 8 q + 2 m + e. x_ext (D 56 or 64): in each run of 32 of its first 64
+// columns, column 16 k + 8 m + 2 q + e (k, m, e < 2, q < 4) at
+// 8 q + 4 k + 2 m + e; columns 64 .. 71 (D 64) in place.
+constexpr int64_t dlogits_column(int64_t slice) {
+  const int64_t s = slice % 32, m = s / 8, q = (s % 8) / 2, e = s % 2;
+  return slice - s + 8 * q + 2 * m + e;
+}
+constexpr int64_t x_ext_column(int64_t col) {
+  if (col >= 64) return col;
+  const int64_t c = col % 32, k = c / 16, m = (c % 16) / 8, q = (c % 8) / 2, e = c % 2;
+  return col - c + 8 * q + 4 * k + 2 * m + e;
+}
+
 // Whether backward() takes dlogits for this problem: the gemm mode, the
 // wgmma row kernel of 12 warps (sm_90a, head size 33 - 64, G a multiple
-// of 32). At head size 32 and below the weight-gradient kernel is kept.
+// of 32, head size 56 or 64). At head size 32 and below the
+// weight-gradient kernel is kept.
 bool writes_dlogits(const Problem& p);
 
 }  // namespace slipstream::aero::slice_kernels
