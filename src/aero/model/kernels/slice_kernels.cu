@@ -296,6 +296,33 @@ __device__ inline void read_a_frags(const bf16* base, const Head& hd, int64_t na
   }
 }
 
+// stmatrix (sm_90): 8 x 8 bf16 matrices from registers in mma's fragment
+// layout (lane 4 r + q: row r, columns 2 q, 2 q + 1) into shared memory,
+// lanes 8 i .. 8 i + 7 naming the rows of matrix i (x4: four matrices,
+// x2: two, named by lanes 0 .. 15).
+__device__ inline void stmatrix_x4(const void* row, uint32_t r0, uint32_t r1, uint32_t r2,
+                                   uint32_t r3) {
+  const auto a = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  SLIPSTREAM_WGMMA_ASM(
+      "stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(r0),
+      "r"(r1), "r"(r2), "r"(r3)
+      : "memory");
+}
+__device__ inline void stmatrix_x2(const void* row, uint32_t r0, uint32_t r1) {
+  const auto a = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  SLIPSTREAM_WGMMA_ASM("stmatrix.sync.aligned.m8n8.x2.shared.b16 [%0], {%1, %2};\n" ::"r"(a),
+                       "r"(r0), "r"(r1)
+                       : "memory");
+}
+
+// A warp's staging buffer for store_staged: 16 rows of 16 ksteps(D) + 8
+// bf16 (the 16 bytes past a row's products turn its 8 rows of each
+// stmatrix to 8 different bank groups).
+__host__ __device__ constexpr int stage_pitch(int d) { return 16 * ksteps(d) + 8; }
+__host__ __device__ constexpr size_t stage_bytes(int d) {
+  return size_t(16) * stage_pitch(d) * sizeof(__nv_bfloat16);
+}
+
 template <int D>
 struct PointTile {
   int64_t na, nb;
@@ -348,6 +375,40 @@ struct PointTile {
       if (vb)
         *reinterpret_cast<uint32_t*>(out + hd.row(nb) + d) = pack_bf16(acc[dt][2], acc[dt][3]);
     }
+  }
+
+  // The same through this warp's staging buffer in shared memory (sm_90,
+  // stage_bytes(D)): the fragments go in with stmatrix, and each lane then
+  // writes whole 16-byte pieces of rows, where store() takes D / 4 stores
+  // of 4 bytes a lane, each half a sector. Every lane of the warp calls it.
+  __device__ void store_staged(bf16* out, const Head& hd, int lane, const float (&acc)[D / 8][4],
+                               bf16* stage) const {
+    constexpr int T = D / 8, SP = stage_pitch(D);
+    uint32_t wa[T], wb[T];
+#pragma unroll
+    for (int dt = 0; dt < T; ++dt) {
+      wa[dt] = pack_bf16(acc[dt][0], acc[dt][1]);
+      wb[dt] = pack_bf16(acc[dt][2], acc[dt][3]);
+    }
+    // Lane l names row l % 8 of matrix l / 8: rows a (even matrices) or b
+    // (odd) of column tiles dt (first pair) and dt + 1 (second pair).
+    const int mi = lane / 8;
+    bf16* const row = stage + ((mi & 1) * 8 + lane % 8) * SP + 8 * (mi / 2);
+#pragma unroll
+    for (int dt = 0; dt + 1 < T; dt += 2)
+      stmatrix_x4(row + 8 * dt, wa[dt], wb[dt], wa[dt + 1], wb[dt + 1]);
+    if constexpr (T % 2 == 1) stmatrix_x2(row + 8 * (T - 1), wa[T - 1], wb[T - 1]);
+    __syncwarp();
+    const int64_t n0 = na - lane / 4;
+#pragma unroll
+    for (int i0 = 0; i0 < 16 * T; i0 += 32) {
+      const int i = i0 + lane;
+      if (16 * T % 32 != 0 && i >= 16 * T) break;
+      const int r = i / T, piece = i % T;
+      const uint4 v = *reinterpret_cast<const uint4*>(stage + r * SP + 8 * piece);
+      if (n0 + r < hd.n) *reinterpret_cast<uint4*>(out + hd.row(n0 + r) + 8 * piece) = v;
+    }
+    __syncwarp();
   }
 
   // Sums the per-lane parts v[0] (row a), v[1] (row b) over the four lanes
@@ -1159,18 +1220,20 @@ __device__ inline void add_slices_product(float (&acc)[D / 8][4], const uint32_t
 }
 
 struct WgBackPlan {
-  size_t ws, os, gs, bias, gnorm, bytes;
+  size_t ws, os, gs, bias, gnorm, stage, bytes;
 };
 
-__host__ __device__ inline WgBackPlan make_wg_back_plan(int dp, int g) {
+// d: the head size; warps: the block's, each with a staging buffer.
+__host__ __device__ inline WgBackPlan make_wg_back_plan(int d, int g, int warps) {
   WgBackPlan pl{};
   size_t off = 0;
-  const size_t mat = size_t(g) * dp * sizeof(bf16);
+  const size_t mat = size_t(g) * 16 * ksteps(d) * sizeof(bf16);
   pl.ws = take(off, mat);
   pl.os = take(off, mat);
   pl.gs = take(off, mat);
   pl.bias = take(off, g * sizeof(float));
   pl.gnorm = take(off, g * sizeof(float));
+  pl.stage = take(off, warps * stage_bytes(d));
   pl.bytes = off;
   return pl;
 }
@@ -1209,13 +1272,15 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int KS = ksteps(D), DP = 16 * KS, J = C / 8;  // J: 8-wide slice tiles a batch
   const int g = static_cast<int>(p.slices);
-  const WgBackPlan pl = make_wg_back_plan(DP, g);
+  const WgBackPlan pl = make_wg_back_plan(D, g, W);
   const Head hd = block_head(p, D, g);
   bf16* ws = at<bf16>(smem, pl.ws);
   bf16* os = at<bf16>(smem, pl.os);
   bf16* gs = at<bf16>(smem, pl.gs);
   float* bias2 = at<float>(smem, pl.bias);
   float* gnorm = at<float>(smem, pl.gnorm);
+  bf16* const stage =
+      at<bf16>(smem, pl.stage) + (threadIdx.x / 32) * (stage_bytes(D) / sizeof(bf16));
   const int64_t mat = hd.bh * int64_t(g) * D;
   load_tiled<D, DP, W * 32>(ws, static_cast<const bf16*>(p.ws), g);
   if (kDeslice) load_tiled<D, DP, W * 32>(os, os_in + mat, g);
@@ -1348,7 +1413,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
         }
         return gs_mn;
       });
-      tile.store(grad_fx, hd, lane, afx);
+      tile.store_staged(grad_fx, hd, lane, afx, stage);
     }
     tile.store_row_sums(dot_out, hd, lane, dot);
     if constexpr (kDlogits) {
@@ -1408,7 +1473,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
       }
       return ws_mn;
     });
-    tile.store(grad_x, hd, lane, ax);
+    tile.store_staged(grad_x, hd, lane, ax, stage);
   }
   tau_sum = warp_sum(tau_sum) * kLn2;
   if (lane == 0) atomicAdd(tau_acc + hd.h, tau_sum);
@@ -1420,23 +1485,26 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
 // work with a warpgroup on 64 points at a time and wgmma products of C = 32
 // slices (ws, and expand's z, tiled in shared memory as in the backward).
 
+constexpr int kWgRowWarps = 8;
+constexpr int kWgSlices = 32;  // slices a batch of the forward kernels
+
 struct WgRowPlan {
-  size_t ws, z, bias, bytes;
+  size_t ws, z, bias, stage, bytes;
 };
 
-__host__ __device__ inline WgRowPlan make_wg_row_plan(int dp, int g, bool with_z) {
+// d: the head size; with_z: expand's z and a staging buffer a warp (of
+// kWgRowWarps) besides ws.
+__host__ __device__ inline WgRowPlan make_wg_row_plan(int d, int g, bool with_z) {
   WgRowPlan pl{};
   size_t off = 0;
-  const size_t mat = size_t(g) * dp * sizeof(bf16);
+  const size_t mat = size_t(g) * 16 * ksteps(d) * sizeof(bf16);
   pl.ws = take(off, mat);
   if (with_z) pl.z = take(off, mat);
   pl.bias = take(off, g * sizeof(float));
+  if (with_z) pl.stage = take(off, kWgRowWarps * stage_bytes(d));
   pl.bytes = off;
   return pl;
 }
-
-constexpr int kWgRowWarps = 8;
-constexpr int kWgSlices = 32;  // slices a batch of the forward kernels
 
 // The logits of slices s0 .. s0 + C - 1 for a tile, into c (C fragments),
 // issued as one batch after `first`.
@@ -1461,7 +1529,7 @@ __global__ void __launch_bounds__(kWgRowWarps * 32) lse_wg_kernel(Problem p, int
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int DP = 16 * ksteps(D), C = kWgSlices, J = C / 8;
   const int g = static_cast<int>(p.slices);
-  const WgRowPlan pl = make_wg_row_plan(DP, g, false);
+  const WgRowPlan pl = make_wg_row_plan(D, g, false);
   const Head hd = block_head(p, D, g);
   bf16* ws = at<bf16>(smem, pl.ws);
   float* bias2 = at<float>(smem, pl.bias);
@@ -1517,10 +1585,12 @@ __global__ void __launch_bounds__(kWgRowWarps * 32)
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int DP = 16 * ksteps(D), C = kWgSlices, J = C / 8;
   const int g = static_cast<int>(p.slices);
-  const WgRowPlan pl = make_wg_row_plan(DP, g, true);
+  const WgRowPlan pl = make_wg_row_plan(D, g, true);
   const Head hd = block_head(p, D, g);
   bf16* ws = at<bf16>(smem, pl.ws);
   bf16* zs = at<bf16>(smem, pl.z);
+  bf16* const stage =
+      at<bf16>(smem, pl.stage) + (threadIdx.x / 32) * (stage_bytes(D) / sizeof(bf16));
   float* bias2 = at<float>(smem, pl.bias);
   load_tiled<D, DP, kWgRowWarps * 32>(ws, static_cast<const bf16*>(p.ws), g);
   load_tiled<D, DP, kWgRowWarps * 32>(zs, z_in + hd.bh * int64_t(g) * D, g);
@@ -1564,7 +1634,7 @@ __global__ void __launch_bounds__(kWgRowWarps * 32)
     product();
     wgmma::commit_and_wait();
     wgmma::touch(acc);
-    tile.store(out, hd, lane, acc);
+    tile.store_staged(out, hd, lane, acc, stage);
   }
 }
 
@@ -1813,6 +1883,13 @@ void check_problem(const Problem& p) {
   if (p.batch * p.heads > 65535) throw std::invalid_argument("slice kernels: too many heads");
 }
 
+// The row kernels write whole 16-byte pieces of their outputs' rows.
+void check_aligned(const void* out, const char* what) {
+  if (reinterpret_cast<uintptr_t>(out) % 16 != 0) {
+    throw std::invalid_argument(std::string("slice kernels: ") + what + " must be 16-byte aligned");
+  }
+}
+
 // The wgmma kernels run on Hopper unless SLIPSTREAM_SLICE_KERNELS=mma asks
 // for the mma.sync ones (as on other GPUs), for measurements against them.
 std::optional<WeightGrad> weight_grad_override;
@@ -1836,7 +1913,7 @@ void reduce_d(const Problem& p, const void* y, float* acc, float* colsum, bool c
   const size_t smem = make_reg_plan(D, g, false).bytes;
   int per = 0;
   if (compute_lse && use_wg_rows(p, 2 * kWgSlices)) {
-    const size_t wg_smem = make_wg_row_plan(16 * ksteps(D), g, false).bytes;
+    const size_t wg_smem = make_wg_row_plan(D, g, false).bytes;
     const dim3 grid = launch_grid(lse_wg_kernel<D>, kWgRowWarps * 32, wg_smem, p, &per, kWgPoints);
     lse_wg_kernel<D><<<grid, kWgRowWarps * 32, wg_smem, stream>>>(p, per);
     check_launch("lse");
@@ -1879,7 +1956,7 @@ void expand_d(const Problem& p, const void* z, void* out) {
   if (p.points == 0) return;
   int per = 0;
   if (use_wg_rows(p, kWgSlices)) {
-    const size_t wg_smem = make_wg_row_plan(16 * ksteps(D), static_cast<int>(p.slices), true).bytes;
+    const size_t wg_smem = make_wg_row_plan(D, static_cast<int>(p.slices), true).bytes;
     const dim3 grid =
         launch_grid(expand_wg_kernel<D>, kWgRowWarps * 32, wg_smem, p, &per, kWgPoints);
     expand_wg_kernel<D><<<grid, kWgRowWarps * 32, wg_smem, static_cast<cudaStream_t>(p.stream)>>>(
@@ -1907,7 +1984,7 @@ void backward_dd(const Problem& p, const bf16* fx, const bf16* gout, const bf16*
     // GeoTransolver volume profile): the step 138.50/138.52 ms against
     // 140.35/140.03 with it (H200, same-machine A/B, 2026-12-04).
     if constexpr (D > 32) {
-      const size_t wg_smem = make_wg_back_plan(16 * ksteps(D), static_cast<int>(p.slices)).bytes;
+      const size_t wg_smem = make_wg_back_plan(D, static_cast<int>(p.slices), 12).bytes;
       const auto kernel = backward_wg_kernel<D, kDeslice, 32, 12, true>;
       const dim3 grid = launch_grid(kernel, 12 * 32, wg_smem, p, &per, kWgPoints);
       kernel<<<grid, 12 * 32, wg_smem, stream>>>(
@@ -1920,8 +1997,8 @@ void backward_dd(const Problem& p, const bf16* fx, const bf16* gout, const bf16*
     return;
   }
   if (wgmma_kernels()) {
-    const size_t wg_smem = make_wg_back_plan(16 * ksteps(D), static_cast<int>(p.slices)).bytes;
     const auto launch = [&](auto kernel, int warps) {
+      const size_t wg_smem = make_wg_back_plan(D, static_cast<int>(p.slices), warps).bytes;
       const dim3 grid = launch_grid(kernel, warps * 32, wg_smem, p, &per, kWgPoints);
       kernel<<<grid, warps * 32, wg_smem, stream>>>(
           p, fx, gout, os, gs, gnorm, static_cast<bf16*>(grad_x), static_cast<bf16*>(grad_fx), dot,
@@ -2025,6 +2102,7 @@ void reduce(const Problem& p, const void* y, float* acc, float* colsum, bool com
 
 void expand(const Problem& p, const void* z, void* out) {
   check_problem(p);
+  check_aligned(out, "expand's out");
   with_dim(p, [&](auto d) { expand_d<decltype(d)::value>(p, z, out); });
 }
 
@@ -2053,6 +2131,8 @@ void backward(const Problem& p, const void* fx, const void* gout, const void* os
               const float* gnorm, void* grad_x, void* grad_fx, float* grad_ws, float* grad_bias,
               float* tau_acc, float* dot, void* dlogits, void* x_ext) {
   check_problem(p);
+  check_aligned(grad_x, "backward's grad_x");
+  check_aligned(grad_fx, "backward's grad_fx");
   if ((gout == nullptr) != (os == nullptr)) {
     throw std::invalid_argument("slice kernels: backward needs gout and os both or neither");
   }

@@ -14,9 +14,11 @@
 // (B, N, H, D) bf16; ws: (G, D) bf16; bias: (G) fp32; tau: (H) fp32;
 // lse: (B, H, N) fp32; z, os, gs: (B, H, G, D) bf16; acc: (B, H, G, D) fp32;
 // colsum, gnorm: (B, H, G) fp32; grad_ws: (G, D) fp32; grad_bias: (G) fp32;
-// tau_acc: (H) fp32. Accumulating outputs (acc, colsum, grad_ws, grad_bias,
-// tau_acc) are added to with atomics: the caller zeroes them. Every launch
-// is asynchronous on `stream`; nothing here synchronizes.
+// tau_acc: (H) fp32; out, grad_x and grad_fx 16-byte aligned (the row
+// kernels write 16-byte pieces of rows; an error otherwise). Accumulating
+// outputs (acc, colsum, grad_ws, grad_bias, tau_acc) are added to with
+// atomics: the caller zeroes them. Every launch is asynchronous on
+// `stream`; nothing here synchronizes.
 //
 // On Hopper (sm_90a) the kernels form their products with wgmma where that
 // measured faster (wgmma.cuh): lse, expand and the backward's first kernel
