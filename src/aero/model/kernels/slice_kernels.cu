@@ -323,6 +323,25 @@ __host__ __device__ constexpr size_t stage_bytes(int d) {
   return size_t(16) * stage_pitch(d) * sizeof(__nv_bfloat16);
 }
 
+// A 16-point tile's A fragments (k = D, as read_a_frags gives them) from
+// its rows in a staging buffer (stage_pitch(D)), with ldmatrix.
+template <int D>
+__device__ inline void frags_from_stage(const bf16* stage, int lane, uint32_t (&a)[ksteps(D)][4]) {
+  const bf16* row = stage + (lane % 16) * stage_pitch(D) + 8 * (lane / 16);
+#pragma unroll
+  for (int k = 0; k < ksteps(D); ++k) {
+    if (half_step<D>(k)) {
+      uint32_t t[2];
+      ldmatrix_x2(t, row + 16 * k);  // lanes 0 .. 15: rows a, b of columns 16 k ..
+      a[k][0] = t[0];
+      a[k][1] = t[1];
+      a[k][2] = a[k][3] = 0u;
+    } else {
+      ldmatrix_x4(a[k], row + 16 * k);
+    }
+  }
+}
+
 template <int D>
 struct PointTile {
   int64_t na, nb;
@@ -338,6 +357,17 @@ struct PointTile {
     vb = nb < hd.n;
     read_a_frags<D>(static_cast<const bf16*>(p.x), hd, na, nb, va, vb, c0, x);
     // Nothing here uses a loaded value: a tile can be read a step ahead.
+    la = read_lse && va ? p.lse[hd.bh * hd.n + na] : 0.0f;
+    lb = read_lse && vb ? p.lse[hd.bh * hd.n + nb] : 0.0f;
+  }
+  // The same with x's rows already in a staging buffer (stage_rows).
+  __device__ PointTile(const Problem& p, const Head& hd, int64_t t, int lane, bool read_lse,
+                       const bf16* staged_x) {
+    na = t * kRowTile + lane / 4;
+    nb = na + 8;
+    va = na < hd.n;
+    vb = nb < hd.n;
+    frags_from_stage<D>(staged_x, lane, x);
     la = read_lse && va ? p.lse[hd.bh * hd.n + na] : 0.0f;
     lb = read_lse && vb ? p.lse[hd.bh * hd.n + nb] : 0.0f;
   }
@@ -537,6 +567,25 @@ __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\
 template <int N>
 __device__ inline void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Starts copying a 16-point tile's rows (points n0 .. n0 + 15, zeros past
+// the end) of a (B, N, H, D) bf16 tensor into this warp's staging buffer
+// (stage_pitch(D)) in 16-byte pieces, for frags_from_stage once this
+// lane's cp.async group has landed and the warp has synchronized.
+template <int D>
+__device__ inline void stage_rows(bf16* stage, const bf16* base, const Head& hd, int64_t n0,
+                                  int lane) {
+  constexpr int T = D / 8;
+#pragma unroll
+  for (int i0 = 0; i0 < 16 * T; i0 += 32) {
+    const int i = i0 + lane;
+    if (16 * T % 32 != 0 && i >= 16 * T) break;
+    const int r = i / T, piece = i % T;
+    const bool valid = n0 + r < hd.n;
+    cp_async16(stage + r * stage_pitch(D) + 8 * piece,
+               base + hd.row(valid ? n0 + r : 0) + 8 * piece, valid);
+  }
 }
 
 // One pipeline stage of 64 points: T (B, N, H, D) bf16 tensors (64 rows of
@@ -1220,10 +1269,11 @@ __device__ inline void add_slices_product(float (&acc)[D / 8][4], const uint32_t
 }
 
 struct WgBackPlan {
-  size_t ws, os, gs, bias, gnorm, stage, bytes;
+  size_t ws, os, gs, bias, gnorm, stage, load, bytes;
 };
 
-// d: the head size; warps: the block's, each with a staging buffer.
+// d: the head size; warps: the block's, each with a staging buffer for its
+// outputs and three for its next tile's x, fx and gout.
 __host__ __device__ inline WgBackPlan make_wg_back_plan(int d, int g, int warps) {
   WgBackPlan pl{};
   size_t off = 0;
@@ -1234,6 +1284,7 @@ __host__ __device__ inline WgBackPlan make_wg_back_plan(int d, int g, int warps)
   pl.bias = take(off, g * sizeof(float));
   pl.gnorm = take(off, g * sizeof(float));
   pl.stage = take(off, warps * stage_bytes(d));
+  pl.load = take(off, 3 * warps * stage_bytes(d));
   pl.bytes = off;
   return pl;
 }
@@ -1304,12 +1355,30 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
   const auto [q0, q1] = block_tiles(p, groups_per_block, kWgPoints);
   // Every warp of a warpgroup runs the same iterations (wgmma is collective);
   // tiles past the end read zeros and store nothing.
+  // Each tile's x, fx and gout rows come in by cp.async while the tile
+  // before it computes (this warp's three load buffers).
+  constexpr int kStageElems = static_cast<int>(stage_bytes(D) / sizeof(bf16));
+  bf16* const lx = at<bf16>(smem, pl.load) + 3 * warp * kStageElems;
+  bf16* const lf = lx + kStageElems;
+  bf16* const lg = lf + kStageElems;
+  const auto fetch = [&](int64_t q) {
+    const int64_t n0 = (4 * q + warp % 4) * kRowTile;
+    stage_rows<D>(lx, static_cast<const bf16*>(p.x), hd, n0, lane);
+    stage_rows<D>(lf, fx, hd, n0, lane);
+    if (kDeslice) stage_rows<D>(lg, gout, hd, n0, lane);
+    cp_async_commit();
+  };
+  if (q0 + warp / 4 < q1) fetch(q0 + warp / 4);
   for (int64_t q = q0 + warp / 4; q < q1; q += W / 4) {
-    const PointTile<D> tile(p, hd, 4 * q + warp % 4, lane, true);
+    cp_async_wait<0>();
+    __syncwarp();
+    const PointTile<D> tile(p, hd, 4 * q + warp % 4, lane, true, lx);
 
     uint32_t go[KS][4], fv[KS][4];
-    if (kDeslice) read_a_frags<D>(gout, hd, tile.na, tile.nb, tile.va, tile.vb, c0, go);
-    read_a_frags<D>(fx, hd, tile.na, tile.nb, tile.va, tile.vb, c0, fv);
+    if (kDeslice) frags_from_stage<D>(lg, lane, go);
+    frags_from_stage<D>(lf, lane, fv);
+    __syncwarp();
+    if (q + W / 4 < q1) fetch(q + W / 4);
 
     // A batch's products: the logits (c) and dL/dw - gnorm (d) of C slices.
     struct Products {
@@ -1489,11 +1558,12 @@ constexpr int kWgRowWarps = 8;
 constexpr int kWgSlices = 32;  // slices a batch of the forward kernels
 
 struct WgRowPlan {
-  size_t ws, z, bias, stage, bytes;
+  size_t ws, z, bias, stage, load, bytes;
 };
 
 // d: the head size; with_z: expand's z and a staging buffer a warp (of
-// kWgRowWarps) besides ws.
+// kWgRowWarps) for its outputs besides ws; every warp one for its next
+// tile's x.
 __host__ __device__ inline WgRowPlan make_wg_row_plan(int d, int g, bool with_z) {
   WgRowPlan pl{};
   size_t off = 0;
@@ -1502,6 +1572,7 @@ __host__ __device__ inline WgRowPlan make_wg_row_plan(int d, int g, bool with_z)
   if (with_z) pl.z = take(off, mat);
   pl.bias = take(off, g * sizeof(float));
   if (with_z) pl.stage = take(off, kWgRowWarps * stage_bytes(d));
+  pl.load = take(off, kWgRowWarps * stage_bytes(d));
   pl.bytes = off;
   return pl;
 }
@@ -1540,8 +1611,20 @@ __global__ void __launch_bounds__(kWgRowWarps * 32) lse_wg_kernel(Problem p, int
   const uint64_t ws_k = wgmma::k_major(ws, 0, 0, DP);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, c0 = 2 * (lane % 4);
   const auto [q0, q1] = block_tiles(p, groups_per_block, kWgPoints);
+  // Each tile's x rows come in by cp.async while the tile before it
+  // computes (this warp's load buffer).
+  bf16* const lx = at<bf16>(smem, pl.load) + warp * (stage_bytes(D) / sizeof(bf16));
+  const auto fetch = [&](int64_t q) {
+    stage_rows<D>(lx, static_cast<const bf16*>(p.x), hd, (4 * q + warp % 4) * kRowTile, lane);
+    cp_async_commit();
+  };
+  if (q0 + warp / 4 < q1) fetch(q0 + warp / 4);
   for (int64_t q = q0 + warp / 4; q < q1; q += kWgRowWarps / 4) {
-    const PointTile<D> tile(p, hd, 4 * q + warp % 4, lane, false);
+    cp_async_wait<0>();
+    __syncwarp();
+    const PointTile<D> tile(p, hd, 4 * q + warp % 4, lane, false, lx);
+    __syncwarp();
+    if (q + kWgRowWarps / 4 < q1) fetch(q + kWgRowWarps / 4);
     float m[2] = {-INFINITY, -INFINITY}, sum[2] = {0.f, 0.f};  // rows a, b
     const auto add = [&](float(&c)[J][4], int s0) {
 #pragma unroll
@@ -1600,8 +1683,20 @@ __global__ void __launch_bounds__(kWgRowWarps * 32)
   const uint64_t ws_k = wgmma::k_major(ws, 0, 0, DP), z_mn = wgmma::mn_major(zs, 0, DP);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, c0 = 2 * (lane % 4);
   const auto [q0, q1] = block_tiles(p, groups_per_block, kWgPoints);
+  // Each tile's x rows come in by cp.async while the tile before it
+  // computes (this warp's load buffer).
+  bf16* const lx = at<bf16>(smem, pl.load) + warp * (stage_bytes(D) / sizeof(bf16));
+  const auto fetch = [&](int64_t q) {
+    stage_rows<D>(lx, static_cast<const bf16*>(p.x), hd, (4 * q + warp % 4) * kRowTile, lane);
+    cp_async_commit();
+  };
+  if (q0 + warp / 4 < q1) fetch(q0 + warp / 4);
   for (int64_t q = q0 + warp / 4; q < q1; q += kWgRowWarps / 4) {
-    const PointTile<D> tile(p, hd, 4 * q + warp % 4, lane, true);
+    cp_async_wait<0>();
+    __syncwarp();
+    const PointTile<D> tile(p, hd, 4 * q + warp % 4, lane, true, lx);
+    __syncwarp();
+    if (q + kWgRowWarps / 4 < q1) fetch(q + kWgRowWarps / 4);
     const float la2 = tile.la * kLog2e, lb2 = tile.lb * kLog2e;
     float acc[D / 8][4] = {}, c[J][4] = {};
     uint32_t a[C / 16][4];
