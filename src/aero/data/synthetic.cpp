@@ -163,7 +163,9 @@ Sample make_synthetic_surface_sample(int64_t index, const SyntheticOptions& o) {
   s.point_data["normals"] = g.normals.to(torch::kFloat);
   s.point_data["area"] = g.areas.to(torch::kFloat);
   s.point_data["pressure"] = (q * cp).to(torch::kFloat);
-  s.point_data["wss"] = (q * cf * tangent).to(torch::kFloat);
+  // Stored as the wall's stress on the fluid, as OpenFOAM and DrivAerML
+  // store it: against the surface flow (dataset.shear_stress: wall_on_fluid).
+  s.point_data["wss"] = (-q * cf * tangent).to(torch::kFloat);
   s.global_data["U_inf"] = flow.u_inf.to(torch::kFloat);
   s.global_data["rho_inf"] = torch::tensor({1.0}, torch::kDouble);
   s.global_data["p_inf"] = torch::tensor({0.0}, torch::kDouble);

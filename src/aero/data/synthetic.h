@@ -48,9 +48,11 @@ Sample make_synthetic_sample(int64_t index, const SyntheticOptions& options,
 // triangles at the poles). Per cell: points (the centroid), normals
 // (outward), area; pressure from potential flow, Cp = 1 - 9/4 sin^2(theta)
 // with theta from the upstream stagnation point; wss a smooth skin friction
-// along the surface flow, Cf = 0.0592 Re^-0.2 sin(theta) (1.25 + 0.75
-// cos(theta)) with Re = |U| 2a / nu, nu = 1e-5 (a turbulent boundary layer's
-// level): zero at both stagnation points, larger on the front. Its drag is
+// of level Cf = 0.0592 Re^-0.2 sin(theta) (1.25 + 0.75 cos(theta)) with
+// Re = |U| 2a / nu, nu = 1e-5 (a turbulent boundary layer's level): zero at
+// both stagnation points, larger on the front. It is stored as OpenFOAM and
+// DrivAerML store theirs, the wall's stress on the fluid, so it points
+// against the surface flow (dataset.shear_stress: wall_on_fluid). Its drag is
 // the friction's alone (the pressure's is zero: d'Alembert) and differs
 // between samples through Re. Globals as the volume
 // sample's plus A_ref = pi a^2 (the frontal area); mesh/ holds the polygons.

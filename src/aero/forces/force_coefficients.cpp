@@ -34,6 +34,18 @@ const std::vector<std::string>& coefficient_names() {
   return names;
 }
 
+ShearConvention parse_shear_convention(const std::string& value) {
+  if (value == "wall_on_fluid") return ShearConvention::kWallOnFluid;
+  if (value == "fluid_on_wall") return ShearConvention::kFluidOnWall;
+  TORCH_CHECK(false, "forces: shear convention '", value,
+              "' is not one of wall_on_fluid (OpenFOAM's wallShearStress, DrivAerML), "
+              "fluid_on_wall");
+}
+
+std::string to_string(ShearConvention convention) {
+  return convention == ShearConvention::kWallOnFluid ? "wall_on_fluid" : "fluid_on_wall";
+}
+
 AxisFrame axis_frame(const Vec3& flow, const Vec3& up_in) {
   AxisFrame f;
   f.drag = unit(flow, "flow");
@@ -70,8 +82,11 @@ std::map<std::string, double> force_coefficients(const torch::Tensor& centroids,
               "forces: reference_area and reference_length must be > 0");
   const auto x = centroids.to(torch::kDouble);
   const auto a = areas.to(torch::kDouble).reshape({c, 1});
+  // The body feels the fluid's stress on the wall: the field itself, or
+  // minus the wall's stress on the fluid.
+  const double shear_sign = o.shear == ShearConvention::kWallOnFluid ? -1.0 : 1.0;
   const auto t = -cp.to(torch::kDouble).reshape({c, 1}) * normals.to(torch::kDouble) +
-                 cf.to(torch::kDouble);  // (C, 3)
+                 shear_sign * cf.to(torch::kDouble);  // (C, 3)
   const auto center =
       torch::tensor({o.moment_center[0], o.moment_center[1], o.moment_center[2]}, torch::kDouble)
           .view({1, 3});

@@ -76,6 +76,13 @@ ForceSettings resolve_forces(const Config& c) {
   f.reference_length = positive_or_null(c, "force_coefficients.reference_length");
   f.moment_center = vec3(c, "force_coefficients.moment_center");
   f.up_direction = vec3(c, "force_coefficients.up_direction");
+  if (c.has("dataset.shear_stress")) {
+    try {
+      f.shear = parse_shear_convention(c.get<std::string>("dataset.shear_stress"));
+    } catch (const c10::Error& e) {
+      TORCH_CHECK(false, "config: 'dataset.shear_stress': ", e.what_without_backtrace());
+    }
+  }
   const auto& u = f.up_direction;
   TORCH_CHECK(u[0] * u[0] + u[1] * u[1] + u[2] * u[2] > 0,
               "config: 'force_coefficients.up_direction' must not be zero");
@@ -94,8 +101,13 @@ ForceOptions ForceSettings::for_sample(const std::string& sample_id, double samp
               "' has no A_ref global; set force_coefficients.reference_area");
   TORCH_CHECK(l > 0, "forces: sample '", sample_id,
               "' has no L_ref global; set force_coefficients.reference_length");
+  TORCH_CHECK(shear.has_value(), "forces: sample '", sample_id,
+              "': the config does not say what its shear field means; set "
+              "dataset.shear_stress=wall_on_fluid (OpenFOAM's wallShearStress, DrivAerML) or "
+              "fluid_on_wall");
   o.reference_area = a;
   o.reference_length = l;
+  o.shear = *shear;
   return o;
 }
 

@@ -22,9 +22,12 @@ namespace slipstream::aero {
 
 // The `force_coefficients:` section: what surface inference integrates the
 // forces with. A reference area or length left null comes from each
-// sample's A_ref / L_ref global.
+// sample's A_ref / L_ref global. The shear field's meaning is the dataset's
+// (dataset.shear_stress); a config without it (a checkpoint written before
+// the key existed) has none, and integrating forces then fails naming the key.
 struct ForceSettings {
   bool enabled = true;
+  std::optional<ShearConvention> shear;
   std::optional<double> reference_area, reference_length;
   Vec3 moment_center{0.0, 0.0, 0.0};
   Vec3 up_direction{0.0, 0.0, 1.0};

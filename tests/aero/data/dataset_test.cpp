@@ -140,6 +140,13 @@ TEST(SyntheticTest, SurfaceSampleIsPotentialFlowOnItsSphere) {
   EXPECT_LT((wss * normals).sum(1).abs().max().item<double>(), 1e-6 * q);
   const auto stagnation = cp.argmax().item<int64_t>();
   EXPECT_LT(wss[stagnation].norm().item<double>(), 0.1 * wss.norm(2, 1).max().item<double>());
+  // Stored as the wall's stress on the fluid (OpenFOAM's, DrivAerML's):
+  // against the surface flow wherever it is not negligible.
+  const auto flow = s.global("U_inf").to(torch::kDouble).view({1, 3});
+  const auto along = (wss * flow).sum(1);
+  const auto strong = wss.norm(2, 1) > 0.1 * wss.norm(2, 1).max();
+  EXPECT_GT(strong.sum().item<int64_t>(), n / 2);
+  EXPECT_TRUE((along.masked_select(strong) < 0).all().item<bool>());
   // The mesh is kept for writing back: C cells.
   EXPECT_EQ(s.mesh.at("offsets").size(0), n + 1);
   // Surface layout and a file round-trip that keeps the mesh out of the fields.

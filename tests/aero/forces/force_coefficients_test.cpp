@@ -1,6 +1,6 @@
 // Force and moment coefficients against closed forms on a UV sphere:
 // uniform pressure on a closed surface gives nothing; uniform friction gives
-// c·area/A_ref; potential flow gives no drag and no lift (d'Alembert); the
+// ±c·area/A_ref by the shear convention; potential flow gives no drag and no lift (d'Alembert); the
 // front half sphere's pressure integrals; the moment about an offset centre;
 // an orthonormal axis frame, also when `up` lies along the flow; R^2.
 #include "aero/forces/force_coefficients.h"
@@ -39,18 +39,43 @@ TEST(ForceCoefficientsTest, UniformPressureOnAClosedSurfaceGivesNoForceAndNoMome
   }
 }
 
-TEST(ForceCoefficientsTest, UniformFrictionAlongTheFlowGivesItsAreaOverTheReferenceArea) {
+TEST(ForceCoefficientsTest, UniformFrictionGivesItsAreaOverTheReferenceAreaSignedByConvention) {
   const auto s = sphere(0.8, 40);
   const int64_t c = s.g.areas.size(0);
   auto cf = torch::zeros({c, 3}, torch::kDouble);
   cf.select(1, 0).fill_(0.004);
   ForceOptions o;
   o.reference_area = 2.5;
-  const auto r = force_coefficients(s.g.centroids, s.g.normals, s.g.areas,
-                                    torch::zeros({c}, torch::kDouble), cf, {3, 0, 0}, o);
-  EXPECT_NEAR(r.at("CD"), 0.004 * s.g.areas.sum().item<double>() / 2.5, 1e-15);
+  const double magnitude = 0.004 * s.g.areas.sum().item<double>() / 2.5;
+  const auto zero_cp = torch::zeros({c}, torch::kDouble);
+  // The fluid's stress on the wall along the flow drags the body downstream.
+  o.shear = ShearConvention::kFluidOnWall;
+  auto r = force_coefficients(s.g.centroids, s.g.normals, s.g.areas, zero_cp, cf, {3, 0, 0}, o);
+  EXPECT_NEAR(r.at("CD"), magnitude, 1e-15);
   EXPECT_NEAR(r.at("CL"), 0.0, 1e-15);
   EXPECT_NEAR(r.at("CS"), 0.0, 1e-15);
+  // The wall's stress on the fluid (OpenFOAM's wallShearStress, the
+  // default) along the flow is the body pushing the fluid: a thrust.
+  EXPECT_EQ(ForceOptions{}.shear, ShearConvention::kWallOnFluid);
+  o.shear = ShearConvention::kWallOnFluid;
+  r = force_coefficients(s.g.centroids, s.g.normals, s.g.areas, zero_cp, cf, {3, 0, 0}, o);
+  EXPECT_NEAR(r.at("CD"), -magnitude, 1e-15);
+  r = force_coefficients(s.g.centroids, s.g.normals, s.g.areas, zero_cp, -cf, {3, 0, 0}, o);
+  EXPECT_NEAR(r.at("CD"), magnitude, 1e-15);
+}
+
+TEST(ForceCoefficientsTest, ShearConventionsParseByNameAndOthersAreRefused) {
+  for (auto c : {ShearConvention::kWallOnFluid, ShearConvention::kFluidOnWall}) {
+    EXPECT_EQ(parse_shear_convention(to_string(c)), c);
+  }
+  try {
+    parse_shear_convention("on_wall");
+    FAIL() << "accepted 'on_wall'";
+  } catch (const c10::Error& e) {
+    const std::string msg = e.what_without_backtrace();
+    EXPECT_NE(msg.find("wall_on_fluid"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("fluid_on_wall"), std::string::npos) << msg;
+  }
 }
 
 // Cp of potential flow past a sphere: 1 - 9/4 sin^2(theta), theta from the
@@ -103,6 +128,7 @@ TEST(ForceCoefficientsTest, AnOffsetMomentCentreGivesTheMomentOfTheForceAboutIt)
   auto cf = torch::zeros({c, 3}, torch::kDouble);
   cf.select(1, 0).fill_(0.01);
   ForceOptions o;
+  o.shear = ShearConvention::kFluidOnWall;  // F along +x
   o.reference_area = 2.0;
   o.reference_length = 1.5;
   o.moment_center = {0, 0, 0.4};
