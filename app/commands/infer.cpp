@@ -120,6 +120,15 @@ std::string r2_note(const aero::CoefficientSummary& c) {
   return buf;
 }
 
+// A prediction outside what the model was trained on is marked, never silent.
+void warn_out_of_distribution(const std::string& id, const aero::SampleInference& r) {
+  if (r.out_of_range.empty()) return;
+  std::cerr << "infer: warning: '" << id
+            << "' lies outside the training data: " << aero::describe_out_of_range(r.out_of_range)
+            << "; its prediction is an "
+            << "extrapolation\n";
+}
+
 int run_split(const InferOptions& o, const aero::TrainedModel& trained, c10::Device device) {
   auto dataset = aero::open_named_split(trained.spec, o.split, o.data);
   TORCH_CHECK(dataset->size() > 0, "infer: split '", o.split, "' has no samples");
@@ -166,12 +175,20 @@ int run_split(const InferOptions& o, const aero::TrainedModel& trained, c10::Dev
                 << "), CL " << r.forces_pred.at("CL") << " (true " << r.forces_true.at("CL") << ")";
     }
     std::cout << "\n";
+    warn_out_of_distribution(sample.id, r);
     r.prediction = torch::Tensor();  // keep the metrics, not the fields
     results.push_back(std::move(r));
   }
   const aero::SplitSummary summary = aero::summarize_split(results, o.split);
   jsonl.write_document("infer_summary", summary.summary);
-  std::cout << "Split '" << o.split << "': " << results.size() << " samples;";
+  std::cout << "Split '" << o.split << "': " << results.size() << " samples";
+  if (trained.envelope.empty()) {
+    std::cout << " (the checkpoint records no training envelope: nothing checked for "
+                 "out-of-distribution);";
+  } else {
+    std::cout << " (" << summary.summary["out_of_distribution_samples"].get<int64_t>()
+              << " outside the training data);";
+  }
   for (const auto& [k, v] : summary.summary["metrics"].items()) {
     std::cout << " " << k << "=" << v.get<double>();
   }
@@ -222,7 +239,11 @@ int run_single(const InferOptions& o, const aero::TrainedModel& trained, c10::De
                      {"precision", aero::to_string(trained.precision)},
                      {"trained_precision", aero::to_string(trained.trained_precision)},
                      {"metrics", r.metrics}};
-  if (!r.forces_pred.empty()) doc["forces"] = aero::infer_step_record(r, 0)["forces"];
+  const auto record = aero::infer_step_record(r, 0);
+  if (!r.forces_pred.empty()) doc["forces"] = record["forces"];
+  doc["in_distribution"] = record["in_distribution"];
+  doc["out_of_distribution"] = record["out_of_distribution"];
+  warn_out_of_distribution(o.run_dir, r);
   const std::string json_path = stem.string() + ".json";
   write_file_atomically(json_path, doc.dump(2) + "\n");
   std::cout << "Wrote " << file << " (" << sample.num_points()

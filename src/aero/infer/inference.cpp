@@ -88,6 +88,8 @@ SampleInference infer_sample(const TrainedModel& trained, const Sample& sample) 
     r.metrics[f.name + "_l2"] = (err.norm() / t.norm().clamp_min(1e-300)).item<double>();
     r.metrics[f.name + "_mae"] = err.abs().mean().item<double>();
   }
+  r.envelope_known = !trained.envelope.empty();
+  if (r.envelope_known) r.out_of_range = trained.envelope.outside(sample);
   const auto& forces = trained.spec.settings.forces;
   if (surface && forces.enabled && force_fields(fields).available()) {
     r.forces_pred = surface_forces(sample, r.prediction, fields, forces);
@@ -108,6 +110,12 @@ nlohmann::json infer_step_record(const SampleInference& r, size_t index) {
                    {"seconds", r.seconds},
                    {"metrics", r.metrics},
                    {"peak_memory_gib", r.peak_memory_gib}};
+  j["in_distribution"] = r.envelope_known ? nlohmann::json(r.out_of_range.empty()) : nullptr;
+  j["out_of_distribution"] = nlohmann::json::array();
+  for (const auto& o : r.out_of_range) {
+    j["out_of_distribution"].push_back(
+        {{"name", o.name}, {"value", o.value}, {"min", o.min}, {"max", o.max}});
+  }
   if (!r.forces_pred.empty()) {
     j["forces"] = {{"pred", r.forces_pred}, {"true", r.forces_true}};
     if (!r.forces_cfd.empty()) j["forces"]["cfd"] = r.forces_cfd;
@@ -120,11 +128,14 @@ SplitSummary summarize_split(const std::vector<SampleInference>& results,
   SplitSummary out;
   std::map<std::string, double> sums;
   double seconds = 0;
-  int64_t points = 0;
+  int64_t points = 0, outside = 0;
+  bool envelope_known = false;
   for (const auto& r : results) {
     for (const auto& [k, v] : r.metrics) sums[k] += v;
     seconds += r.seconds;
     points += r.points;
+    outside += r.out_of_range.empty() ? 0 : 1;
+    envelope_known = envelope_known || r.envelope_known;
   }
   nlohmann::json means = nlohmann::json::object();
   for (const auto& [k, v] : sums) means[k] = v / static_cast<double>(results.size());
@@ -132,7 +143,9 @@ SplitSummary summarize_split(const std::vector<SampleInference>& results,
                  {"samples", results.size()},
                  {"points", points},
                  {"seconds", seconds},
-                 {"metrics", means}};
+                 {"metrics", means},
+                 {"out_of_distribution_samples",
+                  envelope_known ? nlohmann::json(outside) : nlohmann::json(nullptr)}};
   std::vector<std::map<std::string, double>> pred, truth, cfd_truth, cfd;
   for (const auto& r : results) {
     if (r.forces_pred.empty()) continue;

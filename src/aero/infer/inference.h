@@ -12,6 +12,7 @@
 // predict): the slice sums span every point whatever the chunk size.
 #pragma once
 
+#include "aero/data/sample_envelope.h"
 #include "aero/forces/force_coefficients.h"
 #include "aero/train/run.h"
 
@@ -48,11 +49,16 @@ struct SampleInference {
   std::map<std::string, double> metrics;  // <field>_l2 (relative L2), <field>_mae
   // Empty for a volume sample (or forces disabled / not derivable).
   std::map<std::string, double> forces_pred, forces_true, forces_cfd;
+  // Held against the training envelope (false: the model records none).
+  bool envelope_known = false;
+  std::vector<OutOfRange> out_of_range;  // empty: within what it was trained on
 };
 
 SampleInference infer_sample(const TrainedModel& trained, const Sample& sample);
 
-// The per-sample record (phase infer_step) and the split's records
+// The per-sample record (phase infer_step: in_distribution true/false, or
+// null without an envelope, and out_of_distribution [{name, value, min,
+// max}]) and the split's records
 // (infer_summary, and infer_forces_summary when any sample had forces).
 nlohmann::json infer_step_record(const SampleInference& result, size_t index);
 struct SplitSummary {

@@ -117,6 +117,12 @@ void check_extra_dataset(const RunSpec& spec, const ExtraDataset& extra) {
               where,
               " sets dataset.transforms differently from the run's dataset; a run applies "
               "one transform chain to every dataset");
+  const auto shear = [](const TrainSettings& t) {
+    return t.forces.shear ? to_string(*t.forces.shear) : std::string("undeclared");
+  };
+  TORCH_CHECK(shear(e) == shear(s), where, " declares dataset.shear_stress ", shear(e),
+              " but the run's dataset ", shear(s),
+              "; one model learns one meaning of the shear field (convert one dataset's sign)");
 }
 
 }  // namespace
@@ -324,12 +330,14 @@ std::unique_ptr<Run> build_run(const Config& config, const DistributedEnv& env) 
 }
 
 std::map<std::string, std::string> Run::checkpoint_metadata() const {
-  return {
+  std::map<std::string, std::string> meta{
       {"precision", to_string(precision)},
       {"fields", spec.fields.to_json().dump()},
       {"model", config.get<std::string>("model.name")},
       {"model_shape",
        nlohmann::json{{"input_widths", shape.input_widths}, {"out_dim", shape.out_dim}}.dump()}};
+  if (!envelope.empty()) meta["envelope"] = envelope.to_json().dump();
+  return meta;
 }
 
 nlohmann::json Run::config_record() const {
@@ -415,6 +423,9 @@ TrainedModel load_trained(const std::string& checkpoint, c10::Device device) {
   shape.out_dim = shape_json.at("out_dim").get<int64_t>();
   t.model = build_model(config, shape);
   t.checkpoint = load_checkpoint(info->path, t.model.get(), nullptr);
+  if (auto it = meta.find("envelope"); it != meta.end()) {
+    t.envelope = SampleEnvelope::from_json(nlohmann::json::parse(it->second));
+  }
   t.model->to(device);
   t.model->eval();
   return t;

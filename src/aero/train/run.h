@@ -10,6 +10,7 @@
 #include "aero/data/dataset.h"
 #include "aero/data/input_spec.h"
 #include "aero/data/loader.h"
+#include "aero/data/sample_envelope.h"
 #include "aero/fields/field_schema.h"
 #include "aero/loss/loss_calculator.h"
 #include "aero/model/model.h"
@@ -97,6 +98,9 @@ struct Run {
   std::unique_ptr<MuonAdamW> optimizer;
   std::unique_ptr<LossCalculator> loss;
   std::unique_ptr<GradientAverager> averager;  // null for a world of one
+  // The train split's envelope (sample_envelope.h), recorded in every
+  // checkpoint; filled by the trainer on rank 0 (empty in bench and info).
+  SampleEnvelope envelope;
 
   const TrainSettings& settings() const { return spec.settings; }
   bool bf16() const { return precision == Precision::kBf16; }
@@ -131,6 +135,8 @@ struct TrainedModel {
   Precision precision = Precision::kFp32;  // what predict() runs in
   c10::Device device{c10::kCPU};
   CheckpointInfo checkpoint;
+  // What it was trained on (empty for a .mdlus or an older checkpoint).
+  SampleEnvelope envelope;
   // Inference over domain-parallel ranks: each rank of this group runs its
   // shard of every sample's points (point_shard, the model's
   // whole_point_inputs whole) and every rank gets the whole prediction.

@@ -321,6 +321,7 @@ TrainResult Trainer::fit() {
     logger_.start_session("train", start.global_step);
     logger_.start_session("val", start.val_step);
   }
+  if (run_.rank == 0) run_.envelope = envelope_of(*run_.data.train);  // for the checkpoints
   StopSignals::install();
   TrainResult result;
   result.run_dir = s.run_dir();
