@@ -1,9 +1,13 @@
-// slipstream prepare --in RAW --out DIR [--val-fraction F] [--test-fraction F]
+// slipstream prepare --in RAW --out DIR [--val-fraction F] [--test-fraction F | --splits FILE]
 //                    [--limit-points N] [--field T=NAME ...] [dataset=prepared_surface ...]
+//                    [--format openfoam --patch NAME... [--time T] [--case-type C]]
 // Raw runs to the trainer's samples: volume runs (.vtu + .stl) or, for a
-// dataset of kind surface, surface runs (.vtp). The target fields and their
-// types come from the config's dataset (`dataset.targets`).
+// dataset of kind surface, surface runs (.vtp), in DrivAerML's layout; or,
+// with --format openfoam, OpenFOAM case directories (--in one case or a
+// directory of them) read through VTK's OpenFOAM reader. The target fields
+// and their types come from the config's dataset (`dataset.targets`).
 #include "aero/train/train_settings.h"
+#include "aero/vtk/openfoam_case.h"
 #include "commands/commands.h"
 #include "commands/field_names.h"
 
@@ -20,6 +24,8 @@ Command add_prepare(CLI::App& app, const CommandContext& context) {
   struct Options {
     std::string in, out;
     double val_fraction = 0.25, test_fraction = 0.0;
+    std::string splits, format = "vtk";
+    aero::OpenFoamOptions openfoam;
     int64_t limit_points = 0;
     FieldNameOptions fields;
     std::vector<std::string> overrides;
@@ -28,10 +34,23 @@ Command add_prepare(CLI::App& app, const CommandContext& context) {
   auto* sub = app.add_subcommand("prepare", "raw VTK/STL runs -> the trainer's samples");
   sub->add_option("--in", o->in, "directory of run directories")->required();
   sub->add_option("--out", o->out, "output directory")->required();
-  sub->add_option("--val-fraction", o->val_fraction, "share of runs for validation");
-  sub->add_option("--test-fraction", o->test_fraction, "share of runs for the test split");
+  auto* val_fraction =
+      sub->add_option("--val-fraction", o->val_fraction, "share of runs for validation");
+  auto* test_fraction =
+      sub->add_option("--test-fraction", o->test_fraction, "share of runs for the test split");
+  sub->add_option("--splits", o->splits,
+                  "JSON dict of split -> run names (e.g. configs/splits/ahmed.json) in place of "
+                  "the fractions")
+      ->excludes(test_fraction)
+      ->excludes(val_fraction);
   sub->add_option("--limit-points", o->limit_points,
                   "keep N points (cells) per run, a fixed random subset: a quick look (0: all)");
+  sub->add_option("--format", o->format, "vtk (DrivAerML's layout) or openfoam (case directories)");
+  sub->add_option("--patch", o->openfoam.patches,
+                  "openfoam: the body's patches, names or glob patterns (repeatable)");
+  sub->add_option("--time", o->openfoam.time, "openfoam: 'latest' (default) or a time");
+  sub->add_option("--case-type", o->openfoam.case_type,
+                  "openfoam: auto (default), reconstructed or decomposed");
   o->fields.add_to(sub);
   sub->add_option("overrides", o->overrides, "key=value config overrides (dataset.targets)");
   return {sub, [o, &context]() -> int {
@@ -43,6 +62,11 @@ Command add_prepare(CLI::App& app, const CommandContext& context) {
             po.test_fraction = o->test_fraction;
             po.vtu_names = o->fields.resolve();
             po.val_fraction = o->val_fraction;
+            po.splits_manifest = o->splits;
+            po.format = o->format;
+            po.openfoam = o->openfoam;
+            TORCH_CHECK(po.format == "openfoam" || o->openfoam.patches.empty(),
+                        "prepare: --patch is for --format openfoam");
             TORCH_CHECK(o->limit_points >= 0, "prepare: --limit-points must be >= 0");
             po.limit_points = o->limit_points;
             const auto r = aero::prepare_runs(o->in, o->out, po);

@@ -1,6 +1,7 @@
 #include "aero/vtk/raw_runs.h"
 
 #include "aero/data/dataset.h"
+#include "aero/data/manifest.h"
 #include "aero/forces/force_coefficients.h"
 #include "aero/geometry/surface_mesh.h"
 #include "aero/geometry/triangle_mesh.h"
@@ -170,6 +171,13 @@ void put_free_stream(Sample& s, const nlohmann::json& meta, const std::string& m
       s.global_data[key] = torch::tensor({meta[key].get<double>()}, torch::kDouble);
     }
   }
+  // Every other number is a parameter of the run (nu, an Ahmed body's slant
+  // angle phi, ...): kept as a global, so that the training envelope spans it.
+  for (const auto& [key, value] : meta.items()) {
+    if (value.is_number() && !s.has_global(key)) {
+      s.global_data[key] = torch::tensor({value.get<double>()}, torch::kDouble);
+    }
+  }
 }
 
 void warn(std::vector<std::string>* warnings, const std::string& message) {
@@ -253,20 +261,75 @@ Sample read_raw_run(const std::string& run_dir, const FieldSchema& targets,
   s.point_data["sdf"] = sdf_values;
   s.point_data["sdf_normals"] = sdf_normals;
   put_run_references(s, run_dir, /*drivaerml_default=*/false, nullptr);
-  SampleLayout required;
-  required.point_channels = {{"points", 3}, {"sdf", 1}, {"sdf_normals", 3}};
-  required.global_sizes = {{"U_inf", 3}};
-  for (const auto& f : targets.fields()) {
-    const auto& field = fields.at(f.name);
-    auto t = volume.fields.at(field);
-    TORCH_CHECK(t.size(1) == f.channels(), "prepare: '", vtu.front(), "' field '", field, "' has ",
-                t.size(1), " components; target '", f.name, "' is a ", to_string(f.type),
-                " and needs ", f.channels());
-    s.point_data[f.name] = t;
-    required.point_channels[f.name] = f.channels();
-  }
-  validate_sample(s, required, targets.names(), /*allow_nonfinite_targets=*/true);
+  put_targets(s, volume.fields, fields, targets, vtu.front());
+  check_prepared_sample(s, targets);
   return s;
+}
+
+void put_targets(Sample& s, const std::map<std::string, torch::Tensor>& file_data,
+                 const std::map<std::string, std::string>& file_fields, const FieldSchema& targets,
+                 const std::string& what) {
+  for (const auto& f : targets.fields()) {
+    const auto& field = file_fields.at(f.name);
+    auto it = file_data.find(field);
+    TORCH_CHECK(it != file_data.end(), "prepare: '", what, "' has no field '", field, "'");
+    TORCH_CHECK(it->second.size(1) == f.channels(), "prepare: '", what, "' field '", field,
+                "' has ", it->second.size(1), " components; target '", f.name, "' is a ",
+                to_string(f.type), " and needs ", f.channels());
+    s.point_data[f.name] = it->second;
+  }
+}
+
+Sample surface_sample(SurfaceData surface, const std::string& what, const std::string& id,
+                      const FieldSchema& targets,
+                      const std::map<std::string, std::string>& file_fields,
+                      std::vector<std::string>* warnings, bool inward_expected) {
+  CellGeometry g = cell_geometry(surface.mesh);
+  SurfaceCheck check = check_surface(g);
+  if (check.enclosed_volume < 0) {
+    if (!inward_expected) {
+      warn(warnings, "'" + what + "': the cell normals point inward (enclosed volume " +
+                         std::to_string(check.enclosed_volume) + "); flipped to point outward");
+    }
+    flip_orientation(surface.mesh);
+    g = cell_geometry(surface.mesh);
+    check = check_surface(g);
+  }
+  if (check.degenerate_cells > 0) {
+    warn(warnings, "'" + what + "': " + std::to_string(check.degenerate_cells) +
+                       " cells have no area (zero normal; they add nothing to the forces)");
+  }
+  if (!check.closed(1e-4)) {
+    warn(warnings, "'" + what + "': the surface is not closed (|sum of area vectors| / area = " +
+                       std::to_string(check.closure) +
+                       "); force coefficients over it include the open part's missing pressure");
+  }
+  Sample s;
+  s.id = id;
+  s.point_data["points"] = g.centroids.to(torch::kFloat);
+  s.point_data["normals"] = g.normals.to(torch::kFloat);
+  s.point_data["area"] = g.areas.to(torch::kFloat);
+  put_targets(s, surface.cell_fields, file_fields, targets, what);
+  s.mesh["vertices"] = surface.mesh.vertices.to(torch::kFloat);
+  s.mesh["offsets"] = surface.mesh.offsets;
+  s.mesh["connectivity"] = surface.mesh.connectivity;
+  return s;
+}
+
+void check_prepared_sample(const Sample& s, const FieldSchema& targets) {
+  SampleLayout required;
+  if (s.has_point("normals")) {
+    required.point_channels = {{"points", 3}, {"normals", 3}, {"area", 1}};
+  } else {
+    required.point_channels = {{"points", 3}, {"sdf", 1}, {"sdf_normals", 3}};
+  }
+  required.global_sizes = {{"U_inf", 3}};
+  for (const auto& f : targets.fields()) required.point_channels[f.name] = f.channels();
+  validate_sample(s, required, targets.names(), /*allow_nonfinite_targets=*/true);
+}
+
+void put_metadata(Sample& s, const std::string& meta_path) {
+  put_free_stream(s, read_json(meta_path), meta_path);
 }
 
 Sample read_raw_surface_run(const std::string& run_dir, const FieldSchema& targets,
@@ -283,49 +346,89 @@ Sample read_raw_surface_run(const std::string& run_dir, const FieldSchema& targe
     surface.mesh = select_cells(surface.mesh, rows);
     for (auto& [name, t] : surface.cell_fields) t = t.index_select(0, rows);
   }
-  CellGeometry g = cell_geometry(surface.mesh);
-  SurfaceCheck check = check_surface(g);
-  if (check.enclosed_volume < 0) {
-    warn(warnings, "'" + vtp + "': the cell normals point inward (enclosed volume " +
-                       std::to_string(check.enclosed_volume) + "); flipped to point outward");
-    flip_orientation(surface.mesh);
-    g = cell_geometry(surface.mesh);
-    check = check_surface(g);
-  }
-  if (check.degenerate_cells > 0) {
-    warn(warnings, "'" + vtp + "': " + std::to_string(check.degenerate_cells) +
-                       " cells have no area (zero normal; they add nothing to the forces)");
-  }
-  if (!check.closed(1e-4)) {
-    warn(warnings, "'" + vtp + "': the surface is not closed (|sum of area vectors| / area = " +
-                       std::to_string(check.closure) +
-                       "); force coefficients over it include the open part's missing pressure");
-  }
-
-  Sample s;
-  s.id = run_dir;
+  Sample s = surface_sample(std::move(surface), vtp, run_dir, targets, fields, warnings,
+                            /*inward_expected=*/false);
   put_run_references(s, run_dir, /*drivaerml_default=*/true, warnings);
-  s.point_data["points"] = g.centroids.to(torch::kFloat);
-  s.point_data["normals"] = g.normals.to(torch::kFloat);
-  s.point_data["area"] = g.areas.to(torch::kFloat);
-  SampleLayout required;
-  required.point_channels = {{"points", 3}, {"normals", 3}, {"area", 1}};
-  required.global_sizes = {{"U_inf", 3}};
-  for (const auto& f : targets.fields()) {
-    const auto& field = fields.at(f.name);
-    auto t = surface.cell_fields.at(field);
-    TORCH_CHECK(t.size(1) == f.channels(), "prepare: '", vtp, "' field '", field, "' has ",
-                t.size(1), " components; target '", f.name, "' is a ", to_string(f.type),
-                " and needs ", f.channels());
-    s.point_data[f.name] = t;
-    required.point_channels[f.name] = f.channels();
-  }
-  s.mesh["vertices"] = surface.mesh.vertices.to(torch::kFloat);
-  s.mesh["offsets"] = surface.mesh.offsets;
-  s.mesh["connectivity"] = surface.mesh.connectivity;
-  validate_sample(s, required, targets.names(), /*allow_nonfinite_targets=*/true);
+  check_prepared_sample(s, targets);
   return s;
 }
+
+namespace {
+
+// "run_2" before "run_10": digit runs compare as numbers.
+bool natural_less(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (std::isdigit(static_cast<unsigned char>(a[i])) &&
+        std::isdigit(static_cast<unsigned char>(b[j]))) {
+      size_t ie = i, je = j;
+      while (ie < a.size() && std::isdigit(static_cast<unsigned char>(a[ie]))) ++ie;
+      while (je < b.size() && std::isdigit(static_cast<unsigned char>(b[je]))) ++je;
+      const auto na = a.substr(i, ie - i), nb = b.substr(j, je - j);
+      const auto za = na.find_first_not_of('0'), zb = nb.find_first_not_of('0');
+      const auto sa = za == std::string::npos ? "" : na.substr(za);
+      const auto sb = zb == std::string::npos ? "" : nb.substr(zb);
+      if (sa.size() != sb.size()) return sa.size() < sb.size();
+      if (sa != sb) return sa < sb;
+      i = ie;
+      j = je;
+      continue;
+    }
+    if (a[i] != b[j]) return a[i] < b[j];
+    ++i;
+    ++j;
+  }
+  return a.size() - i < b.size() - j;
+}
+
+// Each run's split: from the splits manifest (a JSON dict of split -> run
+// names) where one is given, else the last runs are test, the ones before
+// them val, by the fractions.
+std::vector<std::string> assign_splits(const std::vector<std::string>& runs,
+                                       const PrepareOptions& o,
+                                       std::vector<std::string>* warnings) {
+  std::vector<std::string> split(runs.size());
+  if (o.splits_manifest.empty()) {
+    const auto n_runs = static_cast<int64_t>(runs.size());
+    const auto n_val = static_cast<int64_t>(o.val_fraction * static_cast<double>(n_runs));
+    const auto n_test = static_cast<int64_t>(o.test_fraction * static_cast<double>(n_runs));
+    for (int64_t i = 0; i < n_runs; ++i) {
+      const bool test = i >= n_runs - n_test;
+      const bool val = !test && i >= n_runs - n_test - n_val;
+      split[static_cast<size_t>(i)] = test ? "test" : val ? "val" : "train";
+    }
+    return split;
+  }
+  const Manifest m = read_manifest(o.splits_manifest);
+  TORCH_CHECK(m.named_splits, "prepare: --splits '", o.splits_manifest,
+              "' must be a JSON dict of split name -> run names, e.g. {\"train\": [\"run_1\"], "
+              "\"val\": [\"run_2\"]}");
+  std::map<std::string, size_t> by_name;
+  for (size_t i = 0; i < runs.size(); ++i) by_name[fs::path(runs[i]).filename().string()] = i;
+  for (const auto& [name, entries] : m.splits) {
+    for (const auto& entry : entries) {
+      auto it = by_name.find(entry);
+      TORCH_CHECK(it != by_name.end(), "prepare: --splits '", o.splits_manifest, "' split '", name,
+                  "' names run '", entry, "', which is not a run directory of the input");
+      TORCH_CHECK(split[it->second].empty(), "prepare: --splits '", o.splits_manifest,
+                  "' puts run '", entry, "' in both '", split[it->second], "' and '", name, "'");
+      split[it->second] = name;
+    }
+  }
+  std::vector<std::string> left_out;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    if (split[i].empty()) left_out.push_back(fs::path(runs[i]).filename().string());
+  }
+  if (!left_out.empty()) {
+    std::string names;
+    for (const auto& n : left_out) names += (names.empty() ? "" : ", ") + n;
+    warn(warnings, std::to_string(left_out.size()) + " runs are in no split of '" +
+                       o.splits_manifest + "' and are not prepared: " + names);
+  }
+  return split;
+}
+
+}  // namespace
 
 PrepareReport prepare_runs(const std::string& in_dir, const std::string& out_dir,
                            const PrepareOptions& o) {
@@ -335,42 +438,61 @@ PrepareReport prepare_runs(const std::string& in_dir, const std::string& out_dir
               "prepare: --val-fraction and --test-fraction must be >= 0 and sum to less than 1");
   TORCH_CHECK(o.kind == "volume" || o.kind == "surface", "prepare: kind '", o.kind,
               "' is not one of volume, surface");
+  TORCH_CHECK(o.format == "vtk" || o.format == "openfoam", "prepare: --format '", o.format,
+              "' is not one of vtk, openfoam");
+  const bool openfoam = o.format == "openfoam";
   std::vector<std::string> runs;
-  for (const auto& e : fs::directory_iterator(in_dir)) {
-    if (e.is_directory()) runs.push_back(e.path().string());
+  if (openfoam && is_openfoam_case(in_dir)) {
+    fs::path one = fs::absolute(in_dir).lexically_normal();  // --in is one case
+    if (one.filename().empty()) one = one.parent_path();
+    runs.push_back(one.string());
+  } else {
+    for (const auto& e : fs::directory_iterator(in_dir)) {
+      if (e.is_directory() && (!openfoam || is_openfoam_case(e.path().string()))) {
+        runs.push_back(e.path().string());
+      }
+    }
   }
-  std::sort(runs.begin(), runs.end());
-  TORCH_CHECK(!runs.empty(), "prepare: '", in_dir, "' holds no run directories");
-  fs::create_directories(out_dir);
+  std::sort(runs.begin(), runs.end(), [](const std::string& a, const std::string& b) {
+    return natural_less(fs::path(a).filename().string(), fs::path(b).filename().string());
+  });
+  TORCH_CHECK(!runs.empty(), "prepare: '", in_dir, "' holds no ",
+              openfoam ? "OpenFOAM case (a directory with system/controlDict)" : "run directories");
   PrepareReport report;
-  const auto n_runs = static_cast<int64_t>(runs.size());
-  const auto n_val = static_cast<int64_t>(o.val_fraction * static_cast<double>(n_runs));
-  const auto n_test = static_cast<int64_t>(o.test_fraction * static_cast<double>(n_runs));
+  const std::vector<std::string> split = assign_splits(runs, o, &report.warnings);
+  fs::create_directories(out_dir);
   nlohmann::json manifest;
   manifest["format"] = "slipstream-samples-v1";
   manifest["source"] = fs::absolute(in_dir).string();
   manifest["train"] = nlohmann::json::array();
   manifest["val"] = nlohmann::json::array();
-  if (n_test > 0) manifest["test"] = nlohmann::json::array();
-  ProgressBar progress("prepare: " + std::to_string(n_runs) + " runs", /*quiet_s=*/5.0);
-  for (int64_t i = 0; i < n_runs; ++i) {
-    const auto& run = runs[static_cast<size_t>(i)];
-    Sample s = o.kind == "surface" ? read_raw_surface_run(run, o.targets, o.vtu_names,
-                                                          &report.warnings, o.limit_points)
-                                   : read_raw_run(run, o.targets, o.vtu_names, o.limit_points);
+  int64_t n_prepared = 0;
+  for (const auto& name : split) n_prepared += name.empty() ? 0 : 1;
+  ProgressBar progress("prepare: " + std::to_string(n_prepared) + " runs", /*quiet_s=*/5.0);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    if (split[i].empty()) continue;
+    const auto& run = runs[i];
+    Sample s =
+        openfoam
+            ? read_openfoam_case(run, o.kind, o.targets, o.vtu_names, o.openfoam, &report.warnings)
+        : o.kind == "surface"
+            ? read_raw_surface_run(run, o.targets, o.vtu_names, &report.warnings, o.limit_points)
+            : read_raw_run(run, o.targets, o.vtu_names, o.limit_points);
     const std::string name = fs::path(run).filename().string() + ".safetensors";
     write_sample_file(out_dir + "/" + name, s);
-    const bool test = i >= n_runs - n_test;
-    const bool val = !test && i >= n_runs - n_test - n_val;
-    manifest[test ? "test" : val ? "val" : "train"].push_back(name);
-    (test ? report.test : val ? report.val : report.train) += 1;
+    if (!manifest.contains(split[i])) manifest[split[i]] = nlohmann::json::array();
+    manifest[split[i]].push_back(name);
+    if (split[i] == "train") report.train += 1;
+    if (split[i] == "val") report.val += 1;
+    if (split[i] == "test") report.test += 1;
     report.points += s.num_points();
-    progress.update(static_cast<double>(i + 1) / static_cast<double>(n_runs));
+    report.runs += 1;
+    progress.update(static_cast<double>(report.runs) / static_cast<double>(n_prepared));
   }
   TORCH_CHECK(report.train > 0,
-              "prepare: no run is left for train; lower --val-fraction / --test-fraction");
+              "prepare: no run is left for train; lower --val-fraction / --test-fraction, or name "
+              "train runs in --splits");
   write_file_atomically(out_dir + "/manifest.json", manifest.dump(2) + "\n");
-  report.runs = static_cast<int64_t>(runs.size());
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return report;
 }
@@ -403,6 +525,7 @@ void write_synthetic_surface_runs(const std::string& out_dir, const SyntheticOpt
     // fields' integral (q = |U|^2 / 2, rho 1).
     const double q = 0.5 * (flow[0] * flow[0] + flow[1] * flow[1] + flow[2] * flow[2]);
     ForceOptions fo;
+    fo.shear = ShearConvention::kWallOnFluid;  // as make_synthetic_surface_sample stores it
     fo.reference_area = a_ref;
     fo.reference_length = l_ref;
     const auto c = force_coefficients(s.point("points"), s.point("normals"), s.point("area"),

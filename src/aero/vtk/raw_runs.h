@@ -7,7 +7,8 @@
 // from the .vtu field its name maps to (DrivAerML's names by default) and
 // checked to have the schema's channel count, each point's SDF and SDF
 // normal to the STL, and the free stream (U_inf, rho_inf, p_inf, L_ref) from
-// metadata.json.
+// metadata.json, whose other numbers (nu, a body's shape parameters) become
+// globals of the same name.
 //
 // prepare_runs does that for every run under a directory and writes the
 // trainer's format (one safetensors sample per run and manifest.json with a
@@ -18,6 +19,8 @@
 #include "aero/data/sample.h"
 #include "aero/data/synthetic.h"
 #include "aero/fields/field_schema.h"
+#include "aero/vtk/openfoam_case.h"
+#include "aero/vtk/vtk_io.h"
 
 #include <map>
 #include <string>
@@ -53,13 +56,44 @@ Sample read_raw_surface_run(const std::string& run_dir, const FieldSchema& targe
                             const std::map<std::string, std::string>& vtp_names,
                             std::vector<std::string>* warnings = nullptr, int64_t limit_points = 0);
 
+// The pieces every reader of raw CFD shares (this file's and
+// openfoam_case.h's):
+// - surface_sample: a surface's cells as a sample (points, outward normals,
+//   area, the targets from `file_fields`, mesh/), named `id`; normals that
+//   point inward are flipped (with a warning naming `what` unless
+//   `inward_expected`, as OpenFOAM's boundary faces are), and degenerate
+//   cells and an open surface are reported.
+// - put_targets: each target from the file's field it maps to, its
+//   component count checked.
+// - put_metadata: the free stream, references and parameters of a
+//   metadata.json.
+// - check_prepared_sample: the finished sample's shapes and finiteness.
+Sample surface_sample(SurfaceData surface, const std::string& what, const std::string& id,
+                      const FieldSchema& targets,
+                      const std::map<std::string, std::string>& file_fields,
+                      std::vector<std::string>* warnings, bool inward_expected);
+void put_targets(Sample& s, const std::map<std::string, torch::Tensor>& file_data,
+                 const std::map<std::string, std::string>& file_fields, const FieldSchema& targets,
+                 const std::string& what);
+void put_metadata(Sample& s, const std::string& meta_path);
+void check_prepared_sample(const Sample& s, const FieldSchema& targets);
+
 struct PrepareOptions {
   std::string kind = "volume";  // volume (.vtu + .stl) | surface (.vtp)
   FieldSchema targets = default_volume_fields();
   std::map<std::string, std::string> vtu_names;  // target -> .vtu/.vtp field
   double val_fraction = 0.25;
   double test_fraction = 0.0;  // the last runs (after val's) form a test split
-  int64_t limit_points = 0;    // > 0: keep that many points (cells) per run, a quick look
+  // A JSON dict of split name -> run directory names (e.g. the Ahmed
+  // dataset's train/val): each run goes to the split that names it, runs
+  // that none names are skipped with a warning, and the fractions are not
+  // used. Empty: by the fractions, runs in natural order (run_2 < run_10).
+  int64_t limit_points = 0;  // > 0: keep that many points (cells) per run, a quick look
+  std::string splits_manifest;
+  // "vtk" (DrivAerML's layout, above) or "openfoam": each run directory (or
+  // --in itself) an OpenFOAM case, read with `openfoam` (openfoam_case.h).
+  std::string format = "vtk";
+  OpenFoamOptions openfoam;
 };
 struct PrepareReport {
   int64_t runs = 0, train = 0, val = 0, test = 0, points = 0;

@@ -35,9 +35,7 @@ namespace slipstream::aero {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-torch::Tensor to_tensor(vtkDataArray* a, const std::string& where) {
+torch::Tensor tensor_of(vtkDataArray* a, const std::string& where) {
   const int64_t n = a->GetNumberOfTuples();
   const int c = a->GetNumberOfComponents();
   auto t = torch::empty({n, c}, torch::kFloat);
@@ -50,6 +48,8 @@ torch::Tensor to_tensor(vtkDataArray* a, const std::string& where) {
   TORCH_CHECK(n > 0, where, " is empty");
   return t;
 }
+
+namespace {
 
 std::string array_names(vtkDataSet* data) {
   std::string have;
@@ -91,7 +91,7 @@ VolumeMesh volume_of(vtkXMLUnstructuredGridReader* reader, const std::string& pa
   TORCH_CHECK(reader->GetErrorCode() == 0 && grid != nullptr && grid->GetNumberOfPoints() > 0,
               "vtk: '", path, "' could not be read as a .vtu volume (truncated or not VTK XML?)");
   VolumeMesh out;
-  out.points = to_tensor(grid->GetPoints()->GetData(), "vtk: '" + path + "' points");
+  out.points = tensor_of(grid->GetPoints()->GetData(), "vtk: '" + path + "' points");
   vtkSmartPointer<vtkUnstructuredGrid> moved;
   for (const auto& name : field_names) {
     vtkDataArray* a = grid->GetPointData()->GetArray(name.c_str());
@@ -107,7 +107,7 @@ VolumeMesh volume_of(vtkXMLUnstructuredGridReader* reader, const std::string& pa
     }
     TORCH_CHECK(a != nullptr, "vtk: '", path, "' has no field '", name,
                 "' (it has: ", array_names(grid), ")");
-    auto t = to_tensor(a, "vtk: '" + path + "' field '" + name + "'");
+    auto t = tensor_of(a, "vtk: '" + path + "' field '" + name + "'");
     TORCH_CHECK(t.size(0) == out.points.size(0), "vtk: '", path, "' field '", name, "' has ",
                 t.size(0), " values for ", out.points.size(0), " points");
     out.fields[name] = t;
@@ -230,6 +230,13 @@ SurfaceData read_vtp(const std::string& path, const std::vector<std::string>& fi
   TORCH_CHECK(reader->GetErrorCode() == 0 && poly != nullptr && poly->GetNumberOfPolys() > 0,
               "vtk: '", path,
               "' could not be read as a .vtp surface with polygons (truncated or not VTK XML?)");
+  return surface_of(poly, path, field_names);
+}
+
+SurfaceData surface_of(vtkPolyData* poly, const std::string& path,
+                       const std::vector<std::string>& field_names) {
+  TORCH_CHECK(poly != nullptr && poly->GetNumberOfPolys() > 0, "vtk: '", path,
+              "' holds no polygons");
   TORCH_CHECK(poly->GetNumberOfStrips() == 0, "vtk: '", path,
               "' holds triangle strips; convert them to polygons (vtkTriangleFilter)");
   SurfaceData out;
@@ -265,7 +272,7 @@ SurfaceData read_vtp(const std::string& path, const std::vector<std::string>& fi
     }
     TORCH_CHECK(a != nullptr, "vtk: '", path, "' has no field '", name,
                 "' (it has: ", array_names(poly), ")");
-    auto t = to_tensor(a, "vtk: '" + path + "' field '" + name + "'");
+    auto t = tensor_of(a, "vtk: '" + path + "' field '" + name + "'");
     TORCH_CHECK(t.size(0) == skipped + nc, "vtk: '", path, "' field '", name, "' has ", t.size(0),
                 " values for ", nc, " polygons");
     out.cell_fields[name] = t.narrow(0, skipped, nc).contiguous();

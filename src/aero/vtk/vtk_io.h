@@ -11,7 +11,14 @@
 #include <string>
 #include <vector>
 
+class vtkDataArray;
+class vtkPolyData;
+
 namespace slipstream::aero {
+
+// A VTK array as an (n, components) float32 tensor; `where` names it in the
+// error for an empty one.
+torch::Tensor tensor_of(vtkDataArray* array, const std::string& where);
 
 struct VolumeMesh {
   torch::Tensor points;                         // (N,3) float32
@@ -39,6 +46,9 @@ struct SurfaceData {
   std::map<std::string, torch::Tensor> cell_fields;  // name -> (C, K) float32
 };
 SurfaceData read_vtp(const std::string& path, const std::vector<std::string>& field_names);
+// The same of a surface in memory; `what` names it in messages.
+SurfaceData surface_of(vtkPolyData* poly, const std::string& what,
+                       const std::vector<std::string>& field_names);
 
 // Writes the polygons with per-cell fields (C rows each), atomically.
 void write_vtp(const std::string& path, const SurfaceMesh& mesh,
