@@ -42,6 +42,11 @@
 #              with that one reversed, built incrementally in build-gpu/ after `build`), AB_ROUNDS
 #              rounds taken in turn so that drift hits them alike; AB_VARIANTS: this binary again
 #              with each override (or, for NAME=value in capitals, environment variable)
+#   ahmed      the full configs (AHMED_MODELS, default both surface ones) trained on prepared
+#              Ahmed samples (AHMED_SURFACE, AHMED_VOLUME: `prepare --splits configs/splits/ahmed.json`
+#              output, or a .tar.xz of it) for AHMED_EPOCHS epochs (scheduler.step_size AHMED_STEP;
+#              AHMED_TIMEOUT s at most, then the checkpoint a SIGTERM leaves), then `infer --split val`:
+#              $OUT/ahmed_<model>.log, _val.jsonl (infer_step records) and _forces.svg
 #   multi      2 GPUs: NCCL tests, bench on 1 and 2 GPUs, a 2-rank training
 #   torchrun   2 GPUs through torchrun
 # Usage: bash scripts/gpu_check.sh build test bench
@@ -312,6 +317,39 @@ stage_train() {
   local rc=$?
   grep -vE "^Epoch [0-9]+ \[" "$OUT/train_volume.log" | tail -40 | tee -a "$OUT/summary.txt"
   python3 scripts/check_tensorboard.py runs/volume 2>&1 | tee -a "$OUT/summary.txt"
+  return $rc
+}
+
+# A prepared directory, or a .tar.xz of one unpacked under /tmp: its path.
+prepared_dir() {
+  case "$1" in
+    *.tar.xz) mkdir -p /tmp/ahmed && tar xJf "$1" -C /tmp/ahmed &&
+              echo "/tmp/ahmed/$(tar tJf "$1" | head -1 | cut -d/ -f1)" ;;
+    *) echo "$1" ;;
+  esac
+}
+
+stage_ahmed() {
+  local m kind data rc=0
+  for m in ${AHMED_MODELS:-transolver_surface geotransolver_surface}; do
+    case $m in
+      *surface) kind=surface; data=${AHMED_SURFACE:-} ;;
+      *) kind=volume; data=${AHMED_VOLUME:-} ;;
+    esac
+    [ -n "$data" ] || { log "ahmed: AHMED_${kind^^} is not set"; rc=1; continue; }
+    data=$(prepared_dir "$data") || { log "ahmed: cannot unpack $data"; rc=1; continue; }
+    log "ahmed: $m on $data, ${AHMED_EPOCHS:-200} epochs"
+    timeout -s TERM "${AHMED_TIMEOUT:-300}" "$BIN" train model="$m" dataset="ahmed_$kind" \
+      dataset.path="$data" training.num_epochs="${AHMED_EPOCHS:-200}" \
+      scheduler.step_size="${AHMED_STEP:-50}" training.save_interval=25 run_id="ahmed_$m" \
+      ${AHMED_ARGS:-} 2>&1 | grep -vE "^Epoch [0-9]+ \[" >"$OUT/ahmed_$m.log" || rc=1
+    tail -28 "$OUT/ahmed_$m.log" | tee -a "$OUT/summary.txt"
+    "$BIN" infer --checkpoint "runs/ahmed_$m" --split val --out "runs/ahmed_$m/infer_val" \
+      >>"$OUT/ahmed_$m.log" 2>&1 || rc=1
+    tail -16 "$OUT/ahmed_$m.log" | tee -a "$OUT/summary.txt"
+    cp "runs/ahmed_$m/infer_val/metrics.jsonl" "$OUT/ahmed_${m}_val.jsonl"
+    [ "$kind" = surface ] && cp "runs/ahmed_$m/infer_val/forces.svg" "$OUT/ahmed_${m}_forces.svg"
+  done
   return $rc
 }
 
