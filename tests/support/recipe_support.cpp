@@ -57,6 +57,16 @@ aero::GeoTransolver fixture_geotransolver(const SafetensorsFile& f) {
   return model;
 }
 
+aero::FieldSchema surface_field_schema() {
+  aero::FieldSpec p, w;
+  p.name = "pressure";
+  p.nondim = aero::Nondim::kPressure;
+  w.name = "wss";
+  w.type = aero::FieldType::kVector;
+  w.nondim = aero::Nondim::kStress;
+  return aero::FieldSchema({p, w});
+}
+
 aero::Sample synthetic_sample(int64_t index, int64_t points) {
   aero::SyntheticOptions o;
   o.points_per_sample = points;

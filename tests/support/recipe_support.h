@@ -29,6 +29,10 @@ aero::TransolverOptions fixture_transolver_options(const SafetensorsFile& f);
 aero::GeoTransolverOptions fixture_geotransolver_options(const SafetensorsFile& f);
 aero::GeoTransolver fixture_geotransolver(const SafetensorsFile& f);
 
+// A surface's targets: pressure (scalar, nondim pressure) and wss (vector,
+// nondim stress).
+aero::FieldSchema surface_field_schema();
+
 // Synthetic sample `index` with `points` points (seed 1234).
 aero::Sample synthetic_sample(int64_t index, int64_t points);
 

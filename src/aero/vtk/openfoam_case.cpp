@@ -333,17 +333,9 @@ Sample read_openfoam_case(const std::string& case_dir, const std::string& kind,
   if (kind == "volume") reader->SetPatchArrayStatus("internalMesh", 1);
 
   // The fields, under the case's names.
-  std::map<std::string, std::string> file_fields;
-  const auto defaults = openfoam_field_names();
+  const auto file_fields = file_field_names(targets, names, openfoam_field_names());
   std::vector<std::string> wanted;
-  for (const auto& f : targets.fields()) {
-    auto given = names.find(f.name);
-    auto known = defaults.find(f.name);
-    file_fields[f.name] = given != names.end()      ? given->second
-                          : known != defaults.end() ? known->second
-                                                    : f.name;
-    wanted.push_back(file_fields[f.name]);
-  }
+  for (const auto& [target, field] : file_fields) wanted.push_back(field);
   std::vector<std::string> all_fields;
   for (int i = 0; i < reader->GetNumberOfCellArrays(); ++i) {
     all_fields.push_back(reader->GetCellArrayName(i));

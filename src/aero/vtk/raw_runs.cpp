@@ -33,6 +33,20 @@ std::map<std::string, std::string> drivaerml_field_names() {
           {"wss", "wallShearStressMeanTrim"}};
 }
 
+std::map<std::string, std::string> file_field_names(
+    const FieldSchema& targets, const std::map<std::string, std::string>& given_names,
+    const std::map<std::string, std::string>& defaults) {
+  std::map<std::string, std::string> fields;
+  for (const auto& f : targets.fields()) {
+    auto given = given_names.find(f.name);
+    auto known = defaults.find(f.name);
+    fields[f.name] = given != given_names.end() ? given->second
+                     : known != defaults.end()  ? known->second
+                                                : f.name;
+  }
+  return fields;
+}
+
 namespace {
 std::string only_file_with(const std::string& dir, const std::string& ext) {
   std::vector<std::string> found;
@@ -144,21 +158,6 @@ std::map<std::string, double> read_one_row_csv(const std::string& path) {
   return out;
 }
 
-// Each target's field name in the files: given, else DrivAerML's, else its own.
-std::map<std::string, std::string> file_field_names(
-    const FieldSchema& targets, const std::map<std::string, std::string>& given_names) {
-  const auto drivaerml = drivaerml_field_names();
-  std::map<std::string, std::string> fields;
-  for (const auto& f : targets.fields()) {
-    auto given = given_names.find(f.name);
-    auto known = drivaerml.find(f.name);
-    fields[f.name] = given != given_names.end() ? given->second
-                     : known != drivaerml.end() ? known->second
-                                                : f.name;
-  }
-  return fields;
-}
-
 void put_free_stream(Sample& s, const nlohmann::json& meta, const std::string& meta_path) {
   TORCH_CHECK(meta.contains("U_inf") && meta["U_inf"].is_array() && meta["U_inf"].size() == 3,
               "prepare: '", meta_path, "' needs \"U_inf\": [ux, uy, uz]");
@@ -242,7 +241,7 @@ Sample read_raw_run(const std::string& run_dir, const FieldSchema& targets,
   TORCH_CHECK(fs::is_directory(run_dir), "prepare: run directory '", run_dir, "' does not exist");
   const auto vtu = volume_pieces(run_dir);
   const auto stl = only_file_with(run_dir, ".stl");
-  const auto fields = file_field_names(targets, vtu_names);
+  const auto fields = file_field_names(targets, vtu_names, drivaerml_field_names());
   std::vector<std::string> names;
   for (const auto& [target, field] : fields) names.push_back(field);
   VolumeMesh volume = read_vtu(vtu, names);
@@ -337,7 +336,7 @@ Sample read_raw_surface_run(const std::string& run_dir, const FieldSchema& targe
                             std::vector<std::string>* warnings, int64_t limit_points) {
   TORCH_CHECK(fs::is_directory(run_dir), "prepare: run directory '", run_dir, "' does not exist");
   const auto vtp = only_file_with(run_dir, ".vtp");
-  const auto fields = file_field_names(targets, vtp_names);
+  const auto fields = file_field_names(targets, vtp_names, drivaerml_field_names());
   std::vector<std::string> names;
   for (const auto& [target, field] : fields) names.push_back(field);
   SurfaceData surface = read_vtp(vtp, names);

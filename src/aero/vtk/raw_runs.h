@@ -32,6 +32,12 @@ namespace slipstream::aero {
 // nutMeanTrim, wallShearStressMeanTrim).
 std::map<std::string, std::string> drivaerml_field_names();
 
+// Each target's field name in a file: `given`, else `defaults`' (e.g.
+// DrivAerML's), else the target's own.
+std::map<std::string, std::string> file_field_names(
+    const FieldSchema& targets, const std::map<std::string, std::string>& given,
+    const std::map<std::string, std::string>& defaults);
+
 // `vtu_names` maps a target to its field in the .vtu; a target it leaves out
 // is looked up under DrivAerML's name, then under its own.
 // `limit_points` > 0 keeps that many points (a fixed random subset) before

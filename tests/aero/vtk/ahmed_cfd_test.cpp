@@ -7,6 +7,7 @@
 #include "aero/infer/inference.h"
 #include "aero/vtk/raw_runs.h"
 #include "support/process.h"
+#include "support/recipe_support.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
@@ -27,15 +28,7 @@ namespace fs = std::filesystem;
 
 std::string ahmed_run(int i) { return testing::fixtures_dir() + "/ahmed/run_" + std::to_string(i); }
 
-FieldSchema surface_fields() {
-  FieldSpec p, w;
-  p.name = "pressure";
-  p.nondim = Nondim::kPressure;
-  w.name = "wss";
-  w.type = FieldType::kVector;
-  w.nondim = Nondim::kStress;
-  return FieldSchema({p, w});
-}
+FieldSchema surface_fields() { return testing::surface_field_schema(); }
 
 // The truth fields of a surface sample as (C, 4): pressure, wss.
 torch::Tensor truth_of(const Sample& s) {

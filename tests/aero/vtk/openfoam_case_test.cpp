@@ -6,6 +6,7 @@
 #include "aero/vtk/openfoam_case.h"
 #include "aero/infer/inference.h"
 #include "support/process.h"
+#include "support/recipe_support.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
@@ -21,15 +22,7 @@ namespace {
 
 std::string cube() { return testing::fixtures_dir() + "/openfoam/cube"; }
 
-FieldSchema surface_fields() {
-  FieldSpec p, w;
-  p.name = "pressure";
-  p.nondim = Nondim::kPressure;
-  w.name = "wss";
-  w.type = FieldType::kVector;
-  w.nondim = Nondim::kStress;
-  return FieldSchema({p, w});
-}
+FieldSchema surface_fields() { return testing::surface_field_schema(); }
 
 Sample read(const std::string& kind, const std::string& case_type,
             const FieldSchema& fields = surface_fields()) {

@@ -5,6 +5,7 @@
 #include "aero/geometry/triangle_mesh.h"
 #include "aero/vtk/raw_runs.h"
 #include "aero/vtk/vtk_io.h"
+#include "support/recipe_support.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
@@ -277,15 +278,7 @@ TEST(VtkPipelineTest, MakeSyntheticPrepareTrainInferThenReadThePredictionBack) {
   EXPECT_EQ(j["precision"], "fp32");
 }
 
-FieldSchema surface_fields() {
-  FieldSpec p, w;
-  p.name = "pressure";
-  p.nondim = Nondim::kPressure;
-  w.name = "wss";
-  w.type = FieldType::kVector;
-  w.nondim = Nondim::kStress;
-  return FieldSchema({p, w});
-}
+FieldSchema surface_fields() { return testing::surface_field_schema(); }
 
 TEST(SurfaceRunTest, SyntheticRunReadsBackWithItsReferencesAndTheCfdCoefficients) {
   testing::TempDir dir;
