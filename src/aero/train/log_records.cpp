@@ -27,7 +27,7 @@ LogRecord step_log_record(const std::string& phase, const StepRecord& r, int64_t
 LogRecord summary_log_record(const std::string& phase, int64_t epoch,
                              const std::map<std::string, double>& means,
                              const std::vector<std::string>& keys, std::optional<double> lr,
-                             double seconds, int64_t steps, double peak_memory_gib) {
+                             const EpochTimes& t) {
   LogRecord rec;
   rec.kind = phase + "_summary";
   rec.phase = phase;
@@ -40,9 +40,12 @@ LogRecord summary_log_record(const std::string& phase, int64_t epoch,
     if (it != means.end()) rec.fields.push_back({key, it->second, kind_of(key)});
   }
   if (lr) rec.fields.push_back({"lr", *lr, FieldKind::kLearningRate});
-  rec.fields.push_back({"epoch_seconds", seconds, FieldKind::kPerformance});
-  rec.fields.push_back({"steps", static_cast<double>(steps), FieldKind::kPerformance});
-  rec.fields.push_back({"peak_memory_gib", peak_memory_gib, FieldKind::kPerformance});
+  rec.fields.push_back({"epoch_seconds", t.seconds, FieldKind::kPerformance});
+  rec.fields.push_back({"steps", static_cast<double>(t.steps), FieldKind::kPerformance});
+  rec.fields.push_back({"peak_memory_gib", t.peak_memory_gib, FieldKind::kPerformance});
+  rec.fields.push_back({"data_time_s", t.data_seconds, FieldKind::kPerformance});
+  rec.fields.push_back({"data_wait_share", t.seconds > 0 ? t.data_seconds / t.seconds : 0.0,
+                        FieldKind::kPerformance});
   return rec;
 }
 

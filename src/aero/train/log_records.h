@@ -16,15 +16,22 @@ namespace slipstream::aero {
 FieldKind kind_of(const std::string& key);
 
 // One delivered step: its index fields, the device values, then the host
-// fields (lr, step_time_s, mem_gb).
+// fields (lr, step_time_s, data_time_s: the host's wait for the batch, mem_gb).
 LogRecord step_log_record(const std::string& phase, const StepRecord& r, int64_t epoch,
                           int64_t index_in_epoch, int64_t steps, std::vector<Field> index_fields);
 
 // An epoch summary: the means of `keys` (in that order), lr (train), then
-// epoch_seconds, steps and peak_memory_gib.
+// epoch_seconds, steps, peak_memory_gib, data_time_s (the epoch's host wait
+// for its batches) and data_wait_share (data_time_s / epoch_seconds: near 1,
+// the data starves the device).
+struct EpochTimes {
+  double seconds = 0, data_seconds = 0;
+  int64_t steps = 0;
+  double peak_memory_gib = 0;
+};
 LogRecord summary_log_record(const std::string& phase, int64_t epoch,
                              const std::map<std::string, double>& means,
                              const std::vector<std::string>& keys, std::optional<double> lr,
-                             double seconds, int64_t steps, double peak_memory_gib);
+                             const EpochTimes& times);
 
 }  // namespace slipstream::aero

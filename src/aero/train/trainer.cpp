@@ -170,6 +170,7 @@ EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
   if (graph_steps) graphed.emplace(device);
   const auto epoch_t0 = Clock::now();
   int64_t done = first_step;
+  double data_seconds = 0;
   {
     ReadbackScope scope(readback);
     for (int64_t i = first_step; i < steps; ++i) {
@@ -178,7 +179,10 @@ EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
       // Steps 0 and 1 allocate and warm caches; the audit counts from step 2.
       if (audit_.active() && i >= first_step + 2) audit_.begin_steady_step();
       phase(Phase::kLoader);
+      const auto wait_t0 = Clock::now();
       Batch batch = loader.next();
+      const double data_time = seconds_since(wait_t0);
+      data_seconds += data_time;
       LossResult result;
       // The first step of an epoch runs eagerly (it allocates and warms the
       // caches); the graph is captured at the next.
@@ -208,9 +212,11 @@ EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
       const double step_time = seconds_since(t0);
       step_times_.push_back(step_time);
       phase(Phase::kReadback);
-      readback.start(
-          global_step_, result.scalars,
-          {{"lr", lr}, {"step_time_s", step_time}, {"mem_gb", memory_reserved_gib(device)}});
+      readback.start(global_step_, result.scalars,
+                     {{"lr", lr},
+                      {"step_time_s", step_time},
+                      {"data_time_s", data_time},
+                      {"mem_gb", memory_reserved_gib(device)}});
       ++global_step_;
       ++done;
       if (s.scheduler_per_step) run_.optimizer->set_lr(scheduled_lr(s, global_step_));
@@ -224,7 +230,8 @@ EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
     phase_scope.reset();
   }
   guard.throw_if_nonfinite();
-  EpochResult r = finish_epoch("train", epoch, done, seconds_since(epoch_t0), means.means());
+  EpochResult r =
+      finish_epoch("train", epoch, done, seconds_since(epoch_t0), data_seconds, means.means());
   r.interrupted = done < steps;
   r.graph_captures = graphed ? graphed->captures() : 0;
   partial_means_ = r.interrupted ? means : StepMeans{};
@@ -255,31 +262,36 @@ EpochResult Trainer::val_epoch(int64_t epoch) {
       },
       readback_options("val"));
   const auto epoch_t0 = Clock::now();
+  double data_seconds = 0;
   {
     ReadbackScope scope(readback);
     for (int64_t i = 0; i < steps; ++i) {
       const auto t0 = Clock::now();
       Batch batch = loader.next();
+      const double data_time = seconds_since(t0);
+      data_seconds += data_time;
       torch::Tensor prediction;
       {
         AutocastGuard autocast(run_.device, run_.bf16());
         prediction = model.forward(batch.inputs);
       }
       LossResult result = run_.loss->compute(prediction, batch.target, batch.weights);
-      readback.start(val_step_++, result.scalars, {{"step_time_s", seconds_since(t0)}});
+      readback.start(val_step_++, result.scalars,
+                     {{"step_time_s", seconds_since(t0)}, {"data_time_s", data_time}});
       readback.deliver_landed();
     }
     readback.drain();
   }
-  return finish_epoch("val", epoch, steps, seconds_since(epoch_t0), means.means());
+  return finish_epoch("val", epoch, steps, seconds_since(epoch_t0), data_seconds, means.means());
 }
 
 EpochResult Trainer::finish_epoch(const char* phase, int64_t epoch, int64_t steps, double seconds,
-                                  const std::map<std::string, double>& means) {
+                                  double data_seconds, const std::map<std::string, double>& means) {
   EpochResult r;
   r.epoch = epoch;
   r.steps = steps;
   r.seconds = seconds;
+  r.data_seconds = data_seconds;
   r.peak_memory_gib = peak_memory_gib(run_.device);
   r.means = means;
   if (run_.comm && run_.world_size > 1) {
@@ -294,7 +306,7 @@ EpochResult Trainer::finish_epoch(const char* phase, int64_t epoch, int64_t step
   logger_.write(
       summary_log_record(phase, epoch, r.means, run_.loss->keys(),
                          train ? std::optional<double>(run_.optimizer->lr()) : std::nullopt,
-                         r.seconds, r.steps, r.peak_memory_gib));
+                         {r.seconds, r.data_seconds, r.steps, r.peak_memory_gib}));
   return r;
 }
 

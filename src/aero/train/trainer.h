@@ -46,6 +46,7 @@ struct EpochResult {
   int64_t steps = 0;         // steps of the epoch taken (a resumed part included)
   bool interrupted = false;  // a stop request ended it before its last step
   double seconds = 0.0;
+  double data_seconds = 0.0;  // the host's wait for batches
   double peak_memory_gib = 0.0;
   int64_t graph_captures = 0;           // CUDA graphs captured (training.cuda_graph)
   std::map<std::string, double> means;  // per key, NaN steps left out
@@ -93,7 +94,7 @@ class Trainer {
   void setup_logging(const nlohmann::json& resume = false);
   StepReadback::Options readback_options(const char* phase) const;
   EpochResult finish_epoch(const char* phase, int64_t epoch, int64_t steps, double seconds,
-                           const std::map<std::string, double>& means);
+                           double data_seconds, const std::map<std::string, double>& means);
 
   Run& run_;
   MetricsLogger logger_;

@@ -168,7 +168,7 @@ void expect_same_steps(const std::vector<std::map<std::string, double>>& sharded
   for (size_t i = 0; i < whole.size(); ++i) {
     ASSERT_GT(whole[i].size(), 10u);
     for (const auto& [key, want] : whole[i]) {
-      if (key == "lr" || key == "step_time_s" || key == "mem_gb") continue;
+      if (key == "lr" || key == "step_time_s" || key == "data_time_s" || key == "mem_gb") continue;
       ASSERT_TRUE(sharded[i].count(key)) << key;
       const double rel = std::abs(sharded[i].at(key) - want) / std::max(std::abs(want), 1e-12);
       EXPECT_LT(rel, i == 0 ? 1e-5 : 2e-3) << "step " << i << " " << key;

@@ -10,8 +10,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <thread>
 
 namespace slipstream::aero {
 namespace {
@@ -56,6 +58,46 @@ std::vector<nlohmann::json> records(const std::string& path, const std::string& 
   return out;
 }
 
+// A dataset that takes `delay` to hand out each sample: a slow disk.
+class SlowDataset : public Dataset {
+ public:
+  SlowDataset(std::shared_ptr<Dataset> inner, std::chrono::milliseconds delay)
+      : inner_(std::move(inner)), delay_(delay) {}
+  using Dataset::get;
+  size_t size() const override { return inner_->size(); }
+  Sample get(size_t index) const override {
+    std::this_thread::sleep_for(delay_);
+    return inner_->get(index);
+  }
+  std::string describe() const override { return inner_->describe(); }
+  SampleLayout layout() const override { return inner_->layout(); }
+
+ private:
+  std::shared_ptr<Dataset> inner_;
+  std::chrono::milliseconds delay_;
+};
+
+TEST(TrainerTest, AStarvedStepShowsItsWaitForDataInTheLogs) {
+  testing::TempDir dir;
+  {
+    Fixture t(tiny(dir.path(), {"training.num_epochs=1", "training.validate=false"}));
+    t.run->data.train =
+        std::make_shared<SlowDataset>(t.run->data.train, std::chrono::milliseconds(250));
+    t->fit();
+  }
+  const std::string metrics = dir.path() + "/r/metrics.jsonl";
+  const auto steps = records(metrics, "train_step");
+  ASSERT_EQ(steps.size(), 6u);
+  double waited = 0;
+  for (const auto& step : steps) waited += step["data_time_s"].get<double>();
+  // Six samples at 250 ms each, read one at a time by the loader's thread:
+  // the steps, a few ms of work each, waited for most of the 1.5 s.
+  EXPECT_GT(waited, 0.75) << waited;
+  const auto summary = records(metrics, "train_summary").at(0);
+  EXPECT_NEAR(summary["data_time_s"].get<double>(), waited, 1e-6);
+  EXPECT_GT(summary["data_wait_share"].get<double>(), 0.4) << summary.dump();
+}
+
 TEST(TrainerTest, LogsEveryStepOnceInOrderAndResumes) {
   testing::TempDir dir;
   {
@@ -71,6 +113,9 @@ TEST(TrainerTest, LogsEveryStepOnceInOrderAndResumes) {
     EXPECT_EQ(steps[i]["global_step"], i);
     EXPECT_TRUE(steps[i].contains("lr"));
     EXPECT_GT(steps[i]["step_time_s"].get<double>(), 0.0);
+    // The host's wait for the batch, a part of the step's time.
+    EXPECT_GE(steps[i]["data_time_s"].get<double>(), 0.0);
+    EXPECT_LE(steps[i]["data_time_s"].get<double>(), steps[i]["step_time_s"].get<double>());
     EXPECT_TRUE(steps[i].contains("loss/velocity"));
     EXPECT_TRUE(steps[i].contains("pressure_l2"));
     EXPECT_TRUE(std::isfinite(steps[i]["loss"].get<double>()));
@@ -80,6 +125,9 @@ TEST(TrainerTest, LogsEveryStepOnceInOrderAndResumes) {
   auto summary = records(run + "/metrics.jsonl", "train_summary")[0];
   EXPECT_TRUE(summary.contains("epoch_seconds"));
   EXPECT_TRUE(summary.contains("peak_memory_gib"));
+  EXPECT_LE(summary["data_time_s"].get<double>(), summary["epoch_seconds"].get<double>());
+  EXPECT_GE(summary["data_wait_share"].get<double>(), 0.0);
+  EXPECT_LE(summary["data_wait_share"].get<double>(), 1.0);
   EXPECT_TRUE(fs::exists(run + "/resolved_config.yaml"));
   // The recipe's config record: model, num_parameters, params (flattened);
   // and which physics-attention path ran (the fused kernels need CUDA, bf16).
