@@ -99,7 +99,7 @@ struct Run {
   std::unique_ptr<LossCalculator> loss;
   std::unique_ptr<GradientAverager> averager;  // null for a world of one
   // The train split's envelope (sample_envelope.h), recorded in every
-  // checkpoint; filled by the trainer on rank 0 (empty in bench and info).
+  // checkpoint; filled by the trainer (empty in bench and info).
   SampleEnvelope envelope;
 
   const TrainSettings& settings() const { return spec.settings; }

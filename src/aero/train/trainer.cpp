@@ -333,7 +333,9 @@ TrainResult Trainer::fit() {
     logger_.start_session("train", start.global_step);
     logger_.start_session("val", start.val_step);
   }
-  if (run_.rank == 0) run_.envelope = envelope_of(*run_.data.train);  // for the checkpoints
+  // For the checkpoints; every rank reads it alike, so that none waits for
+  // rank 0 in a collective meanwhile.
+  run_.envelope = envelope_of(*run_.data.train);
   StopSignals::install();
   TrainResult result;
   result.run_dir = s.run_dir();
