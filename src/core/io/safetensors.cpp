@@ -2,6 +2,7 @@
 
 #include "core/io/atomic_file.h"
 #include "core/io/mapped_file.h"
+#include "core/io/random_access_file.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -57,35 +58,22 @@ bool SafetensorsFile::contains(const std::string& name) const {
   return false;
 }
 
-SafetensorsFile read_safetensors(const std::string& path) {
-  std::shared_ptr<const MappedFile> mapping;
-  try {
-    mapping = map_file(path);
-  } catch (const c10::Error& e) {
-    TORCH_CHECK(false, "safetensors: ", e.what_without_backtrace());
-  }
-  const size_t file_size = mapping->size();
-  TORCH_CHECK(file_size >= 8, "safetensors: '", path, "' is truncated (", file_size,
-              " bytes, shorter than the 8-byte header length)");
-  const char* bytes = mapping->data();
-  uint64_t header_len = 0;
-  std::memcpy(&header_len, bytes, 8);
-  TORCH_CHECK(header_len <= file_size - 8, "safetensors: '", path,
-              "' is truncated: its header claims ", header_len, " bytes but the file has ",
-              file_size - 8, " after the length");
+namespace {
+
+// The entries of a header (`json` bytes) of a file of `file_size` bytes.
+SafetensorsIndex parse_header(const std::string& path, const char* json, uint64_t header_len,
+                              uint64_t file_size) {
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(bytes + 8, bytes + 8 + header_len);
+    header = nlohmann::json::parse(json, json + header_len);
   } catch (const std::exception& e) {
     TORCH_CHECK(false, "safetensors: '", path, "' has a malformed JSON header: ", e.what());
   }
   TORCH_CHECK(header.is_object(), "safetensors: '", path, "' header is not a JSON object");
-  const size_t data_begin = 8 + header_len;
-  const size_t data_size = file_size - data_begin;
-
-  SafetensorsFile out;
+  const uint64_t data_begin = 8 + header_len;
+  const uint64_t data_size = file_size - data_begin;
+  SafetensorsIndex out;
   out.path = path;
-  std::vector<std::pair<size_t, std::string>> order;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
       for (auto m = it.value().begin(); m != it.value().end(); ++m) {
@@ -99,33 +87,86 @@ SafetensorsFile read_safetensors(const std::string& path) {
     TORCH_CHECK(
         entry.contains("dtype") && entry.contains("shape") && entry.contains("data_offsets"), where,
         ": entry needs dtype, shape and data_offsets");
-    const at::ScalarType dtype = parse_dtype(entry["dtype"].get<std::string>(), where);
-    std::vector<int64_t> shape = entry["shape"].get<std::vector<int64_t>>();
+    SafetensorsEntry e;
+    e.name = it.key();
+    e.dtype = parse_dtype(entry["dtype"].get<std::string>(), where);
+    e.shape = entry["shape"].get<std::vector<int64_t>>();
     const auto offsets = entry["data_offsets"].get<std::vector<uint64_t>>();
     TORCH_CHECK(offsets.size() == 2 && offsets[0] <= offsets[1], where, ": bad data_offsets");
     TORCH_CHECK(offsets[1] <= data_size, where, ": data ends at byte ", offsets[1],
                 " but the file holds ", data_size, " data bytes (truncated file?)");
     int64_t numel = 1;
-    for (int64_t d : shape) {
+    for (int64_t d : e.shape) {
       TORCH_CHECK(d >= 0, where, ": negative dimension");
       numel *= d;
     }
-    const size_t nbytes = static_cast<size_t>(numel) * c10::elementSize(dtype);
-    TORCH_CHECK(nbytes == offsets[1] - offsets[0], where, ": shape and dtype need ", nbytes,
+    e.nbytes = static_cast<uint64_t>(numel) * c10::elementSize(e.dtype);
+    TORCH_CHECK(e.nbytes == offsets[1] - offsets[0], where, ": shape and dtype need ", e.nbytes,
                 " bytes, data_offsets span ", offsets[1] - offsets[0]);
-    const at::Tensor t = view_tensor(mapping, data_begin + offsets[0], shape, dtype);
-    order.emplace_back(offsets[0], it.key());
-    out.tensors.emplace_back(it.key(), t);
+    e.offset = data_begin + offsets[0];
+    out.entries.push_back(std::move(e));
   }
   // nlohmann's object is sorted by key; restore the file's data order.
-  std::vector<std::pair<std::string, at::Tensor>> sorted;
-  sorted.reserve(order.size());
-  std::vector<size_t> idx(order.size());
-  for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
-  std::stable_sort(idx.begin(), idx.end(),
-                   [&](size_t a, size_t b) { return order[a].first < order[b].first; });
-  for (size_t i : idx) sorted.push_back(out.tensors[i]);
-  out.tensors = std::move(sorted);
+  std::stable_sort(
+      out.entries.begin(), out.entries.end(),
+      [](const SafetensorsEntry& a, const SafetensorsEntry& b) { return a.offset < b.offset; });
+  return out;
+}
+
+void check_header_length(const std::string& path, uint64_t header_len, uint64_t file_size) {
+  TORCH_CHECK(header_len <= file_size - 8, "safetensors: '", path,
+              "' is truncated: its header claims ", header_len, " bytes but the file has ",
+              file_size - 8, " after the length");
+}
+
+}  // namespace
+
+const SafetensorsEntry* SafetensorsIndex::find(const std::string& name) const {
+  for (const auto& e : entries) {
+    if (e.name == name) return &e;
+  }
+  return nullptr;
+}
+
+const SafetensorsEntry& SafetensorsIndex::at(const std::string& name) const {
+  const SafetensorsEntry* e = find(name);
+  TORCH_CHECK(e != nullptr, "safetensors: '", path, "' has no tensor '", name, "'");
+  return *e;
+}
+
+SafetensorsIndex read_safetensors_index(const RandomAccessFile& file) {
+  const uint64_t file_size = file.size();
+  TORCH_CHECK(file_size >= 8, "safetensors: '", file.path(), "' is truncated (", file_size,
+              " bytes, shorter than the 8-byte header length)");
+  uint64_t header_len = 0;
+  file.read(0, 8, &header_len);
+  check_header_length(file.path(), header_len, file_size);
+  std::string json(header_len, '\0');
+  file.read(8, header_len, json.data());
+  return parse_header(file.path(), json.data(), header_len, file_size);
+}
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  std::shared_ptr<const MappedFile> mapping;
+  try {
+    mapping = map_file(path);
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, "safetensors: ", e.what_without_backtrace());
+  }
+  const size_t file_size = mapping->size();
+  TORCH_CHECK(file_size >= 8, "safetensors: '", path, "' is truncated (", file_size,
+              " bytes, shorter than the 8-byte header length)");
+  const char* bytes = mapping->data();
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, bytes, 8);
+  check_header_length(path, header_len, file_size);
+  const SafetensorsIndex index = parse_header(path, bytes + 8, header_len, file_size);
+  SafetensorsFile out;
+  out.path = path;
+  out.metadata = index.metadata;
+  for (const auto& e : index.entries) {
+    out.tensors.emplace_back(e.name, view_tensor(mapping, e.offset, e.shape, e.dtype));
+  }
   return out;
 }
 
@@ -138,28 +179,26 @@ void write_safetensors(const std::string& path,
     for (const auto& [k, v] : metadata) meta[k] = v;
     header["__metadata__"] = meta;
   }
-  std::vector<at::Tensor> contiguous;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    at::Tensor c = t.detach().to(at::kCPU).contiguous();
-    const uint64_t n = c.numel() * c.element_size();
-    header[name] = {{"dtype", dtype_name(c.scalar_type())},
-                    {"shape", c.sizes().vec()},
+    const uint64_t n = t.numel() * t.element_size();
+    header[name] = {{"dtype", dtype_name(t.scalar_type())},
+                    {"shape", t.sizes().vec()},
                     {"data_offsets", {offset, offset + n}}};
     offset += n;
-    contiguous.push_back(c);
   }
   std::string head = header.dump();
   while ((8 + head.size()) % 8 != 0) head.push_back(' ');  // align the data
-  std::string bytes;
-  bytes.reserve(8 + head.size() + offset);
+  // Streamed tensor by tensor: no second copy of the file in memory.
+  AtomicFileWriter out(path);
   const uint64_t len = head.size();
-  bytes.append(reinterpret_cast<const char*>(&len), 8);
-  bytes += head;
-  for (const auto& c : contiguous) {
-    bytes.append(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
+  out.write(&len, 8);
+  out.write(head.data(), head.size());
+  for (const auto& [name, t] : tensors) {
+    const at::Tensor c = t.detach().to(at::kCPU).contiguous();
+    out.write(c.data_ptr(), c.numel() * c.element_size());
   }
-  write_file_atomically(path, bytes);
+  out.commit();
 }
 
 }  // namespace slipstream
