@@ -6,6 +6,7 @@
 // ownership of the run directory, ranks that die, hang or never come, full
 // and read-only disks, and config keys that nothing reads.
 #include "core/distributed/process_group.h"
+#include "core/io/random_access_file.h"
 #include "core/io/safetensors.h"
 #include "core/sinks/event_file_writer.h"
 #include "support/multiprocess.h"
@@ -229,19 +230,47 @@ TEST(ReliabilityTest, ASampleWithANaNFieldIsNamedWithItsFileAndFieldAndExits1) {
                 .code,
             0);
   const std::string victim = data + "/sample_00001.safetensors";
-  auto f = read_safetensors(victim);
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (auto& [name, t] : f.tensors) {
-    auto c = t.clone();
-    if (name == "pressure") c.view(-1)[7] = NAN;
-    tensors.emplace_back(name, c);
+  // Changed after it was written: row 7's pressure becomes NaN in place.
+  {
+    const RandomAccessFile f(victim);
+    const auto pressure = read_safetensors_index(f).at("pressure");
+    std::fstream io(victim, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(static_cast<std::streamoff>(pressure.offset + 7 * sizeof(float)));
+    const float nan = NAN;
+    io.write(reinterpret_cast<const char*>(&nan), sizeof(nan));
   }
-  write_safetensors(victim, tensors, f.metadata);
+  // Steps keep 256 of 400 rows, consecutive epochs the next block: the two
+  // epochs read every row.
   const Exit e = run_slipstream(tiny(dir.path(), {"dataset.path=" + data}));
   EXPECT_EQ(e.code, 1) << e.output;
   EXPECT_OUTPUT_HAS(e, victim);
-  EXPECT_OUTPUT_HAS(e, "'pressure' has non-finite values");
+  EXPECT_OUTPUT_HAS(e, "field 'pressure' rows [0, 400) changed after the file was written");
+  EXPECT_OUTPUT_HAS(e, "row 7 is not finite");
   EXPECT_TRUE(snapshot(dir.path() + "/r/checkpoints").empty());
+}
+
+TEST(ReliabilityTest, SamplesWrittenBeforeTheSamplingLayoutStillTrainWithANote) {
+  testing::TempDir dir;
+  const std::string data = dir.path() + "/data";
+  ASSERT_EQ(run_slipstream({"make-synthetic", "--out", data, "dataset.num_train=3",
+                            "dataset.num_val=1", "dataset.points_per_sample=400"})
+                .code,
+            0);
+  // As version 1 wrote them: no checksums, no row order, no points mean.
+  for (int i = 0; i < 4; ++i) {
+    const std::string path = data + "/sample_0000" + std::to_string(i) + ".safetensors";
+    auto f = read_safetensors(path);
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    for (auto& [name, t] : f.tensors) {
+      if (name.rfind("checksum/", 0) != 0) tensors.emplace_back(name, t.clone());
+    }
+    write_safetensors(path, tensors,
+                      {{"format", "slipstream-samples-v1"}, {"globals", f.metadata.at("globals")}});
+  }
+  const Exit e = run_slipstream(tiny(dir.path(), {"dataset.path=" + data}));
+  EXPECT_EQ(e.code, 0) << e.output;
+  EXPECT_OUTPUT_HAS(e, "was written before slipstream-samples-v2");
+  EXPECT_GT(train_steps_logged(dir.path() + "/r"), 0u);
 }
 
 TEST(ReliabilityTest, EverySampleHeaderIsCheckedBeforeTheFirstStep) {

@@ -1,14 +1,15 @@
 #include "aero/data/dataset.h"
 
 #include "core/io/atomic_file.h"
-#include "core/io/safetensors.h"
 
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <set>
 #include <sstream>
 
@@ -16,29 +17,16 @@ namespace slipstream::aero {
 
 namespace fs = std::filesystem;
 
-namespace {
-constexpr const char* kFormat = "slipstream-samples-v1";
-// A surface sample's polygons are stored as mesh/vertices, mesh/offsets,
-// mesh/connectivity.
-constexpr const char* kMeshPrefix = "mesh/";
-
-// Files written before globals were listed in their metadata hold these.
-const std::set<std::string>& known_globals() {
-  static const std::set<std::string> names{"U_inf", "rho_inf", "p_inf", "L_ref", "A_ref", "nu"};
-  return names;
+int64_t block_start(int64_t n, int64_t k, const PointRequest& r) {
+  TORCH_CHECK(n > 0 && k > 0, "dataset: a block of ", k, " of ", n, " rows");
+  uint64_t z = r.sample_seed + 0x9E3779B97F4A7C15ULL;  // splitmix64
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  z ^= z >> 31;
+  const auto un = static_cast<unsigned __int128>(n);
+  const auto epoch = static_cast<unsigned __int128>(static_cast<uint64_t>(r.epoch));
+  return static_cast<int64_t>((z % un + epoch * static_cast<uint64_t>(k)) % un);
 }
-
-std::set<std::string> globals_of(const SafetensorsFile& f) {
-  auto it = f.metadata.find("globals");
-  if (it == f.metadata.end()) return known_globals();
-  std::set<std::string> out;
-  std::stringstream ss(it->second);
-  for (std::string name; std::getline(ss, name, ',');) {
-    if (!name.empty()) out.insert(name);
-  }
-  return out;
-}
-}  // namespace
 
 SyntheticDataset::SyntheticDataset(SyntheticOptions options, int64_t first_index, size_t count)
     : options_(options), first_(first_index), count_(count) {}
@@ -76,6 +64,26 @@ Sample DirectoryDataset::get(size_t index) const {
   return s;
 }
 
+Sample DirectoryDataset::get(size_t index, const PointRequest& request) const {
+  TORCH_CHECK(index < files_.size(), "dataset: index ", index, " out of range");
+  const SampleFile file(dir_ + "/" + files_[index]);
+  const int64_t n = file.rows(), k = request.max_points;
+  Sample s;
+  if (k > 0 && k < n && file.permuted()) {
+    s = file.read_block(block_start(n, k, request), k);
+  } else {
+    if (k > 0 && k < n && !noted_old_format_.exchange(true)) {
+      std::cerr << "dataset: note: '" << file.path()
+                << "' was written before slipstream-samples-v2, so every step reads whole "
+                   "samples; re-run prepare (or make-synthetic --out) to read only the points "
+                   "a step keeps\n";
+    }
+    s = file.read_all();
+  }
+  check_(s);
+  return s;
+}
+
 std::string DirectoryDataset::describe() const {
   return dir_ + ": " + std::to_string(files_.size()) + " samples";
 }
@@ -103,56 +111,19 @@ void check_layout(const SampleLayout& have, const SampleCheck& check, const std:
 }
 
 void DirectoryDataset::check_headers() const {
-  for (const auto& file : files_) {
-    const std::string path = dir_ + "/" + file;
-    check_layout(read_sample_layout(path), check_, path);
-  }
-}
-
-Sample read_sample_file(const std::string& path) {
-  const auto f = read_safetensors(path);
-  const auto globals = globals_of(f);
-  Sample s;
-  s.id = path;
-  for (const auto& [name, t] : f.tensors) {
-    if (name.rfind(kMeshPrefix, 0) == 0) {
-      s.mesh[name.substr(std::strlen(kMeshPrefix))] = t;
-    } else if (globals.count(name)) {
-      s.global_data[name] = name == "U_inf" ? t.to(torch::kFloat).reshape({-1}) : t.reshape({-1});
-    } else {
-      auto x = t.to(torch::kFloat);
-      s.point_data[name] = x.dim() == 1 ? x.unsqueeze(1) : x;
+  for (const auto& name : files_) {
+    const SampleFile file(dir_ + "/" + name);
+    check_layout(file.layout(), check_, file.path());
+    // Finiteness was checked when the file was written.
+    for (const auto& [field, channels] : check_.required.point_channels) {
+      if (!file.nonfinite().count(field)) continue;
+      const bool target =
+          std::find(check_.targets.begin(), check_.targets.end(), field) != check_.targets.end();
+      TORCH_CHECK(target && check_.allow_nonfinite_targets, "dataset: sample ", file.path(),
+                  " field '", field, "' holds non-finite values (NaN or Inf)",
+                  target ? "; set the loss to mask them or fix the data" : "");
     }
   }
-  TORCH_CHECK(s.has_point("points"), "dataset: sample file '", path, "' holds no 'points'");
-  return s;
-}
-
-SampleLayout read_sample_layout(const std::string& path) {
-  const auto f = read_safetensors(path);
-  const auto globals = globals_of(f);
-  SampleLayout out;
-  for (const auto& [name, t] : f.tensors) {
-    if (name.rfind(kMeshPrefix, 0) == 0) continue;
-    if (globals.count(name)) {
-      out.global_sizes[name] = t.numel();
-    } else {
-      out.point_channels[name] = t.dim() == 2 ? t.size(1) : 1;
-    }
-  }
-  return out;
-}
-
-void write_sample_file(const std::string& path, const Sample& s) {
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (const auto& [name, t] : s.point_data) tensors.emplace_back(name, t);
-  std::string globals;
-  for (const auto& [name, t] : s.global_data) {
-    tensors.emplace_back(name, t);
-    globals += (globals.empty() ? "" : ",") + name;
-  }
-  for (const auto& [name, t] : s.mesh) tensors.emplace_back(kMeshPrefix + name, t);
-  write_safetensors(path, tensors, {{"id", s.id}, {"format", kFormat}, {"globals", globals}});
 }
 
 ConcatDataset::ConcatDataset(std::vector<std::shared_ptr<Dataset>> parts)
@@ -212,7 +183,7 @@ void write_synthetic_directory(const std::string& dir, const SyntheticOptions& o
   TORCH_CHECK(num_train > 0 && num_val >= 0, "make-synthetic: need num_train > 0 and num_val >= 0");
   fs::create_directories(dir);
   nlohmann::json manifest;
-  manifest["format"] = kFormat;
+  manifest["format"] = kSampleFormat;
   manifest["source"] =
       "synthetic potential flow past spheres, seed " + std::to_string(options.seed);
   manifest["train"] = nlohmann::json::array();

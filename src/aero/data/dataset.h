@@ -16,8 +16,10 @@
 #pragma once
 
 #include "aero/data/sample.h"
+#include "aero/data/sample_file.h"
 #include "aero/data/synthetic.h"
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -38,12 +40,22 @@ struct SampleCheck {
 
 // The points the loader keeps of a sample: `max_points` of them (all when
 // <= 0 or the sample has fewer), drawn by subsample_indices() (transforms.h)
-// from a generator seeded with `seed`.
+// from a generator seeded with `seed` — or, from a file stored for sampling
+// (sample_file.h), the block of `max_points` rows at block_start().
 struct PointRequest {
   int64_t max_points = 0;
   std::string mode = "random";  // random | block
   uint64_t seed = 0;
+  // The sample's own seed (the same every epoch) and the epoch, which
+  // moves its block on.
+  uint64_t sample_seed = 0;
+  int64_t epoch = 0;
 };
+
+// The first row of the block of k of n rows a request reads: an offset
+// drawn from the sample's seed plus epoch * k, modulo n. Consecutive epochs
+// read consecutive blocks, so every ceil(n / k) epochs read every row.
+int64_t block_start(int64_t n, int64_t k, const PointRequest& request);
 
 class Dataset {
  public:
@@ -96,6 +108,7 @@ class DirectoryDataset : public Dataset {
   DirectoryDataset(std::string dir, std::vector<std::string> files);
   size_t size() const override { return files_.size(); }
   Sample get(size_t index) const override;
+  Sample get(size_t index, const PointRequest& request) const override;
   std::string describe() const override;
   SampleLayout layout() const override;
   void check_headers() const override;
@@ -103,6 +116,7 @@ class DirectoryDataset : public Dataset {
  private:
   std::string dir_;
   std::vector<std::string> files_;
+  mutable std::atomic<bool> noted_old_format_{false};
 };
 
 // Several datasets as one (the recipe's extra_datasets): indices run through
@@ -125,13 +139,6 @@ class ConcatDataset : public Dataset {
 
 // Checks a sample's layout against `check`, naming `path`.
 void check_layout(const SampleLayout& have, const SampleCheck& check, const std::string& path);
-
-// Reads one sample file (no check beyond its format).
-Sample read_sample_file(const std::string& path);
-// The tensors a sample file holds, from its header alone.
-SampleLayout read_sample_layout(const std::string& path);
-// Writes one sample file atomically.
-void write_sample_file(const std::string& path, const Sample& sample);
 
 // Writes `num_train` + `num_val` synthetic samples and the manifest to `dir`.
 void write_synthetic_directory(const std::string& dir, const SyntheticOptions& options,

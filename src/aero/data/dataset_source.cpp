@@ -12,8 +12,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kSamplesFormat = "slipstream-samples-v1";
-
 bool has_manifest(const DatasetSource& source) { return fs::exists(source.manifest_path()); }
 
 // Slipstream sample files for the entries: "a" is the file a or
@@ -77,11 +75,11 @@ std::string resolved_format(const DatasetSource& source) {
               "dataset: format '", source.format, "' is not one of auto, samples, pdmsh");
   const std::string written =
       has_manifest(source) ? read_manifest(source.manifest_path()).format : "";
-  TORCH_CHECK(written.empty() || written == kSamplesFormat, "dataset: manifest '",
-              source.manifest_path(), "' has format '", written, "', expected '", kSamplesFormat,
+  TORCH_CHECK(written.empty() || is_sample_format(written), "dataset: manifest '",
+              source.manifest_path(), "' has format '", written, "', expected '", kSampleFormat,
               "' (or none)");
   if (source.format != "auto") return source.format;
-  if (written == kSamplesFormat) return "samples";
+  if (is_sample_format(written)) return "samples";
   return glob_relative(source.path, source.pdmsh.pattern).empty() ? "samples" : "pdmsh";
 }
 

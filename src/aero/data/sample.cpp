@@ -63,8 +63,16 @@ void validate_sample(const Sample& s, const SampleLayout& required,
     TORCH_CHECK(t.size(1) == channels, "dataset: sample ", s.id, " point field '", name, "' has ",
                 t.size(1), " channels, expected ", channels);
     if (allow_nonfinite_targets && is_target(name)) continue;
-    TORCH_CHECK(torch::isfinite(t).all().item<bool>(), "dataset: sample ", s.id, " field '", name,
-                "' has non-finite values (NaN or Inf)");
+    if (torch::isfinite(t).all().item<bool>()) continue;
+    const int64_t i = (~torch::isfinite(t)).any(1).nonzero()[0][0].item<int64_t>();
+    const int64_t row = s.rows.defined() ? s.rows[i].item<int64_t>() : i;
+    const auto values = t[i].to(torch::kDouble).contiguous();
+    std::string text;
+    for (int64_t c = 0; c < values.numel(); ++c) {
+      text += (c ? ", " : "") + std::to_string(values[c].item<double>());
+    }
+    TORCH_CHECK(false, "dataset: sample ", s.id, " field '", name, "' row ", row,
+                " is not finite (", text, ")");
   }
   for (const auto& [name, size] : required.global_sizes) {
     const auto& t = s.global(name);

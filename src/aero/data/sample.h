@@ -26,6 +26,12 @@ struct Sample {
   // A surface sample's polygons, for writing predictions back as a mesh:
   // vertices (V, 3), offsets (C + 1), connectivity. Empty for a volume.
   std::map<std::string, torch::Tensor> mesh;
+  // When the sample holds only some of its points (a block read from its
+  // file): which rows of the file they are (int64, one per point), and the
+  // mean of all its points (double, 3), which the center transform uses.
+  // Undefined for a whole sample (rows in order; the mean is computed).
+  torch::Tensor rows;
+  torch::Tensor points_mean;
 
   int64_t num_points() const;
   bool has_point(const std::string& name) const { return point_data.count(name) > 0; }
@@ -51,7 +57,8 @@ SampleLayout layout_of(const Sample& sample);
 // that every point field has N rows, and that the coordinates, every
 // required input and U_inf are finite. Targets are checked for finiteness
 // too unless `allow_nonfinite_targets` (the loss masks them). Throws
-// c10::Error naming the sample's id and the tensor.
+// c10::Error naming the sample's id, the tensor and, for a non-finite
+// value, its row (of the file, when the sample is a block of one).
 void validate_sample(const Sample& s, const SampleLayout& required,
                      const std::vector<std::string>& target_names, bool allow_nonfinite_targets);
 

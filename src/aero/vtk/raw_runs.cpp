@@ -461,7 +461,7 @@ PrepareReport prepare_runs(const std::string& in_dir, const std::string& out_dir
   const std::vector<std::string> split = assign_splits(runs, o, &report.warnings);
   fs::create_directories(out_dir);
   nlohmann::json manifest;
-  manifest["format"] = "slipstream-samples-v1";
+  manifest["format"] = kSampleFormat;
   manifest["source"] = fs::absolute(in_dir).string();
   manifest["train"] = nlohmann::json::array();
   manifest["val"] = nlohmann::json::array();

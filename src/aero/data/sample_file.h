@@ -1,0 +1,106 @@
+// Slipstream's sample files: one safetensors file per sample, written by
+// `prepare` and `make-synthetic --out`, read by DirectoryDataset.
+//
+// Format "slipstream-samples-v2" (metadata "format"):
+//   <field>           (N, C) or (N): a point field, one row per point (or
+//                     per surface cell)
+//   <global>          a per-sample value; metadata "globals" lists them
+//   mesh/vertices, mesh/offsets, mesh/connectivity
+//                     a surface's polygons; polygon i is row i
+//   checksum/<field>  int32 (ceil(N / chunk_rows)): the CRC-32C of the bytes
+//                     of each chunk of chunk_rows rows of <field>
+// and metadata: rows (N), row_order "permuted", row_seed, chunk_rows,
+// points_mean "x,y,z" (the mean of all N points, which the center transform
+// of a block needs), nonfinite (the point fields holding NaN or Inf, such
+// as a target the loss masks; the points never do).
+//
+// The rows are a seeded random permutation of the source's order: file row
+// i is source row row_permutation(N, row_seed)[i]. So any contiguous block
+// of k rows is a uniform random sample of k points, and a training step
+// reads one block per field, O(k) bytes whatever N is (docs/design.md).
+// Reads verify the checksums of every chunk they touch: a file changed
+// after it was written is named, with the field and rows, as soon as a
+// changed chunk is read.
+//
+// v1 files (written before v2: no row_order) hold the rows in the source's
+// order and no checksums; they are read whole.
+#pragma once
+
+#include "aero/data/sample.h"
+#include "core/io/random_access_file.h"
+#include "core/io/safetensors.h"
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace slipstream::aero {
+
+// The format a sample file and a sample directory's manifest.json name;
+// is_sample_format also accepts v1's name (older directories still read).
+inline constexpr const char* kSampleFormat = "slipstream-samples-v2";
+bool is_sample_format(const std::string& format);
+
+struct SampleWriteOptions {
+  bool permute = true;
+  uint64_t row_seed = 0;  // 0: derived from the file's name
+  int64_t chunk_rows = 16384;
+};
+
+// A uniform random permutation of [0, n) from `seed`: Fisher-Yates driven by
+// std::mt19937_64 with rejection sampling, so it is the same on every
+// platform and library version.
+std::vector<int64_t> row_permutation(int64_t n, uint64_t seed);
+
+// Writes `sample` atomically in the v2 layout. Checks that every point
+// field has one row per point and that the points are finite (an error
+// names the file, the field and the row); records which other fields hold
+// non-finite values.
+void write_sample_file(const std::string& path, const Sample& sample,
+                       const SampleWriteOptions& options = {});
+
+class SampleFile {
+ public:
+  // Reads the header (and the checksums) only.
+  explicit SampleFile(std::string path);
+
+  const std::string& path() const { return file_.path(); }
+  int64_t rows() const { return rows_; }
+  // A v2 file: rows in a random permutation, checksums per chunk.
+  bool permuted() const { return permuted_; }
+  uint64_t row_seed() const { return row_seed_; }
+  SampleLayout layout() const;
+  // The point fields the writer found non-finite values in.
+  const std::set<std::string>& nonfinite() const { return nonfinite_; }
+
+  // The whole sample, mesh included; checksums verified.
+  Sample read_all() const;
+  // Rows [begin, begin + count) modulo N (a block may wrap past the last
+  // row to the first), every point field and global, no mesh; `rows` and
+  // `points_mean` set. Needs permuted(); checksums verified.
+  Sample read_block(int64_t begin, int64_t count) const;
+
+ private:
+  bool is_point_field(const std::string& name) const;
+  at::Tensor read_entry(const SafetensorsEntry& e) const;
+  // Rows [a, b) of a point field, reading and verifying whole chunks.
+  at::Tensor read_rows(const SafetensorsEntry& e, int64_t a, int64_t b) const;
+  void verify(const SafetensorsEntry& e, const at::Tensor& rows, int64_t first_row) const;
+
+  RandomAccessFile file_;
+  SafetensorsIndex index_;
+  std::set<std::string> globals_, nonfinite_;
+  int64_t rows_ = 0, chunk_rows_ = 0;
+  bool permuted_ = false;
+  uint64_t row_seed_ = 0;
+  at::Tensor points_mean_;
+  std::map<std::string, at::Tensor> checksums_;  // field -> int32 per chunk
+};
+
+// Reads one sample file whole (no check beyond its format and checksums).
+Sample read_sample_file(const std::string& path);
+// The tensors a sample file holds, from its header alone.
+SampleLayout read_sample_layout(const std::string& path);
+
+}  // namespace slipstream::aero
