@@ -50,7 +50,12 @@ Batch make_host_batch(const Sample& s, const LoaderOptions& o, uint64_t generato
                 "' needs that field in sample ", s.id);
     point[o.weight_field] = take(s.point(o.weight_field));
   }
-  if (t.center) point["points"] = point["points"] - s.point("points").mean(0, true);
+  if (t.center) {
+    // The mean of all the sample's points, also when it holds a block of them.
+    const auto mean = s.points_mean.defined() ? s.points_mean.to(torch::kFloat).view({1, 3})
+                                              : s.point("points").mean(0, true);
+    point["points"] = point["points"] - mean;
+  }
   if (t.scale_by_L_ref) {
     const double l_ref = s.global_scalar("L_ref", std::nan(""));
     TORCH_CHECK(std::isfinite(l_ref) && l_ref > 0, "loader: sample ", s.id,
@@ -108,6 +113,11 @@ torch::Tensor denormalize_targets(const torch::Tensor& prediction, const Sample&
   return torch::cat(out, 1);
 }
 
+int resolved_workers(int requested, const c10::Device& device) {
+  if (requested > 0) return requested;
+  return device.is_cuda() ? 3 : 1;
+}
+
 PrefetchLoader::PrefetchLoader(std::shared_ptr<const Dataset> dataset, std::vector<size_t> order,
                                LoaderOptions options, int64_t epoch)
     : dataset_(std::move(dataset)),
@@ -115,7 +125,9 @@ PrefetchLoader::PrefetchLoader(std::shared_ptr<const Dataset> dataset, std::vect
       options_(std::move(options)),
       epoch_(epoch) {
   TORCH_CHECK(options_.prefetch >= 1, "loader: prefetch must be >= 1");
-  worker_ = std::thread([this] { run(); });
+  const int workers = resolved_workers(options_.num_workers, options_.device);
+  ahead_ = static_cast<size_t>(std::max(options_.prefetch, workers));
+  for (int w = 0; w < workers; ++w) workers_.emplace_back([this] { run(); });
 }
 
 PrefetchLoader::~PrefetchLoader() {
@@ -124,73 +136,89 @@ PrefetchLoader::~PrefetchLoader() {
     stop_ = true;
   }
   cv_.notify_all();
-  if (worker_.joinable()) worker_.join();
+  for (auto& w : workers_) {
+    if (w.joinable()) w.join();
+  }
+}
+
+PrefetchLoader::Item PrefetchLoader::prepare(size_t position,
+                                             const std::optional<c10::Stream>& side) const {
+  const c10::Device device = options_.device;
+  Item item;
+  try {
+    const size_t index = order_[position];
+    const uint64_t seed =
+        options_.seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(epoch_) * 1000003ULL + index;
+    PointRequest request{options_.sampling_resolution, options_.transforms.subsample, seed};
+    request.sample_seed = options_.seed * 0x9E3779B97F4A7C15ULL + index;
+    request.epoch = epoch_;
+    const Sample sample = dataset_->get(index, request);
+    Batch host = make_host_batch(sample, options_, seed);
+    host.sample_index = index;
+    if (side) {
+      c10::StreamGuard guard(*side);
+      auto to_device = [&](const torch::Tensor& t) {
+        return t.defined() ? t.pin_memory().to(device, /*non_blocking=*/true) : t;
+      };
+      // One copy per host tensor: inputs that share one stay shared.
+      std::map<const void*, torch::Tensor> copied;
+      for (const auto& [name, t] : host.inputs) {
+        auto& d = copied[t.unsafeGetTensorImpl()];
+        if (!d.defined()) d = to_device(t);
+        item.batch.inputs[name] = d;
+      }
+      item.batch.target = to_device(host.target);
+      item.batch.weights = to_device(host.weights);
+      item.batch.sample_index = host.sample_index;
+      item.batch.sample_id = host.sample_id;
+      c10::Event ready(device.type());
+      ready.record(*side);
+      item.ready.emplace(std::move(ready));
+    } else {
+      item.batch = std::move(host);
+    }
+  } catch (...) {
+    item.error = std::current_exception();
+  }
+  return item;
 }
 
 void PrefetchLoader::run() {
   const c10::Device device = options_.device;
-  const bool cuda = device.is_cuda();
   std::optional<c10::Stream> side;
+  std::exception_ptr setup_error;
   try {
-    if (cuda) {
+    if (device.is_cuda()) {
       const auto* impl = c10::impl::getDeviceGuardImpl(device.type());
       impl->setDevice(device);
       side = impl->getStreamFromGlobalPool(device, /*isHighPriority=*/false);
     }
   } catch (...) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back(Item{{}, std::nullopt, std::current_exception()});
-    cv_.notify_all();
-    return;
+    setup_error = std::current_exception();
   }
-  for (size_t i = 0; i < order_.size(); ++i) {
+  while (true) {
+    size_t position = 0;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock,
-               [&] { return stop_ || queue_.size() < static_cast<size_t>(options_.prefetch); });
-      if (stop_) return;
+      // At most max(prefetch, workers) positions ahead of the training thread.
+      cv_.wait(lock, [&] {
+        return stop_ || failed_ || claimed_ >= order_.size() || claimed_ < consumed_ + ahead_;
+      });
+      if (stop_ || failed_ || claimed_ >= order_.size()) return;
+      position = claimed_++;
     }
     Item item;
-    try {
-      const size_t index = order_[i];
-      const uint64_t seed = options_.seed * 0x9E3779B97F4A7C15ULL +
-                            static_cast<uint64_t>(epoch_) * 1000003ULL + index;
-      const Sample sample = dataset_->get(
-          index, PointRequest{options_.sampling_resolution, options_.transforms.subsample, seed});
-      Batch host = make_host_batch(sample, options_, seed);
-      host.sample_index = index;
-      if (cuda) {
-        c10::StreamGuard guard(*side);
-        auto to_device = [&](const torch::Tensor& t) {
-          return t.defined() ? t.pin_memory().to(device, /*non_blocking=*/true) : t;
-        };
-        // One copy per host tensor: inputs that share one stay shared.
-        std::map<const void*, torch::Tensor> copied;
-        for (const auto& [name, t] : host.inputs) {
-          auto& d = copied[t.unsafeGetTensorImpl()];
-          if (!d.defined()) d = to_device(t);
-          item.batch.inputs[name] = d;
-        }
-        item.batch.target = to_device(host.target);
-        item.batch.weights = to_device(host.weights);
-        item.batch.sample_index = host.sample_index;
-        item.batch.sample_id = host.sample_id;
-        c10::Event ready(device.type());
-        ready.record(*side);
-        item.ready.emplace(std::move(ready));
-      } else {
-        item.batch = std::move(host);
-      }
-    } catch (...) {
-      item.error = std::current_exception();
+    if (setup_error) {
+      item.error = setup_error;
+    } else {
+      item = prepare(position, side);
     }
-    const bool failed = item.error != nullptr;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      queue_.push_back(std::move(item));
+      if (item.error) failed_ = true;  // no new positions; next() rethrows in order
+      ready_.emplace(position, std::move(item));
     }
     cv_.notify_all();
-    if (failed) return;
   }
 }
 
@@ -199,12 +227,15 @@ Batch PrefetchLoader::next() {
   Item item;
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    cv_.wait(lock, [&] { return !queue_.empty(); });
-    item = std::move(queue_.front());
-    queue_.pop_front();
+    // Every claimed position arrives, a failed one too (and a failure stops
+    // new claims), so the next one in order always comes.
+    cv_.wait(lock, [&] { return ready_.count(consumed_) > 0; });
+    auto it = ready_.find(consumed_);
+    item = std::move(it->second);
+    ready_.erase(it);
+    ++consumed_;
   }
   cv_.notify_all();
-  ++consumed_;
   if (item.error) std::rethrow_exception(item.error);
   if (item.ready) {
     const auto* impl = c10::impl::getDeviceGuardImpl(options_.device.type());

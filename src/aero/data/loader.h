@@ -1,11 +1,11 @@
-// PrefetchLoader: while the device runs step i, a background thread prepares
-// sample i+1 — loads it, subsamples `sampling_resolution` points, applies the
-// transforms, builds the model's inputs (by the InputSpec) and targets (by
-// the FieldSchema), pins them (CUDA) and copies them to the device on a side
-// stream. next() makes the current stream wait for that copy (an
-// event wait on the device, not on the host) and tells the allocator the
-// tensors are used on the current stream. A worker exception is rethrown by
-// next() on the training thread, in order.
+// PrefetchLoader: while the device runs step i, background threads
+// (num_workers of them) prepare the next samples — each loads one, subsamples `sampling_resolution`
+// points, applies the transforms, builds the model's inputs (by the InputSpec) and targets (by the
+// FieldSchema), pins them (CUDA) and copies them to the device on a side stream; at most `prefetch`
+// samples are ahead of the training thread. next() returns them in order and makes the current
+// stream wait for the copy (an event wait on the device, not on the host) and tells the allocator
+// the tensors are used on the current stream. A worker exception is rethrown by next() on the
+// training thread, in order.
 //
 // Batch layout (batch size 1): inputs by name, each (1, N, C) or (1, 1, C)
 // as the InputSpec builds them; target (1, N, C) = the schema's fields in
@@ -23,7 +23,6 @@
 #include <torch/types.h>
 
 #include <condition_variable>
-#include <deque>
 #include <exception>
 #include <map>
 #include <memory>
@@ -41,6 +40,9 @@ struct LoaderOptions {
   c10::Device device = c10::Device(c10::kCPU);
   uint64_t seed = 0;
   int prefetch = 2;  // samples prepared ahead
+  // Threads preparing samples, each its own; batches still come in order.
+  // <= 0: auto (resolved_workers).
+  int num_workers = 0;
   FieldSchema fields = default_volume_fields();
   InputSpec inputs;
   std::string weight_field;  // "volume" or "area" to weight the loss by it; empty: none
@@ -79,6 +81,10 @@ Batch make_host_batch(const Sample& sample, const LoaderOptions& options, uint64
 torch::Tensor denormalize_targets(const torch::Tensor& prediction, const Sample& sample,
                                   const FieldSchema& fields);
 
+// The workers a loader uses: `requested` when positive, else 1 on the CPU
+// (a worker would take cores from the step) and 3 on a GPU.
+int resolved_workers(int requested, const c10::Device& device);
+
 class PrefetchLoader {
  public:
   PrefetchLoader(std::shared_ptr<const Dataset> dataset, std::vector<size_t> order,
@@ -99,17 +105,20 @@ class PrefetchLoader {
     std::exception_ptr error;
   };
   void run();
+  Item prepare(size_t position, const std::optional<c10::Stream>& side) const;
 
   std::shared_ptr<const Dataset> dataset_;
   std::vector<size_t> order_;
   LoaderOptions options_;
   int64_t epoch_;
-  size_t consumed_ = 0;
+  size_t consumed_ = 0;  // positions handed out by next()
+  size_t claimed_ = 0;   // positions taken by a worker
+  size_t ahead_ = 1;
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::deque<Item> queue_;
-  bool stop_ = false;
-  std::thread worker_;
+  std::map<size_t, Item> ready_;  // by position in order_
+  bool stop_ = false, failed_ = false;
+  std::vector<std::thread> workers_;
 };
 
 }  // namespace slipstream::aero

@@ -208,6 +208,7 @@ std::shared_ptr<Dataset> open_named_split(const RunSpec& spec, const std::string
 LoaderOptions loader_options(const RunSpec& spec, c10::Device device) {
   LoaderOptions o;
   o.sampling_resolution = spec.settings.sampling_resolution;
+  o.num_workers = spec.settings.num_workers;
   o.device = device;
   o.seed = spec.settings.seed;
   o.fields = spec.fields;

@@ -283,6 +283,18 @@ TrainSettings resolve_settings(const Config& c) {
   s.synthetic.seed = static_cast<uint64_t>(c.get<int64_t>("dataset.seed"));
   s.sampling_resolution = c.get<int64_t>("dataset.sampling_resolution");
   check_positive("dataset.sampling_resolution", static_cast<double>(s.sampling_resolution));
+  // Absent (configs older than the key), null or "auto": auto.
+  const std::string workers = optional_string(c, "dataset.num_workers", "auto");
+  if (workers != "auto") {
+    try {
+      size_t used = 0;
+      s.num_workers = std::stoi(workers, &used);
+      TORCH_CHECK(used == workers.size() && s.num_workers >= 1, "");
+    } catch (...) {
+      TORCH_CHECK(false, "config: 'dataset.num_workers' is '", workers,
+                  "', expected auto or a number of threads >= 1");
+    }
+  }
   s.shuffle = c.get<bool>("dataset.shuffle");
   s.dataset_kind = resolve_dataset_kind(c);
   s.synthetic.kind = s.dataset_kind;
@@ -303,6 +315,11 @@ DatasetSource resolve_dataset_source(const Config& c) {
   d.pdmsh.geometry = optional_string(c, "dataset.pdmsh.geometry", "");
   if (!c.has("dataset.pdmsh.geometry")) d.pdmsh.geometry = PdmshOptions{}.geometry;
   d.pdmsh.boundary = optional_string(c, "dataset.pdmsh.boundary", d.pdmsh.boundary);
+  if (c.has("dataset.pdmsh.body_cache_mb") && !c.is_null("dataset.pdmsh.body_cache_mb")) {
+    const int64_t mb = c.get<int64_t>("dataset.pdmsh.body_cache_mb");
+    TORCH_CHECK(mb >= 0, "config: 'dataset.pdmsh.body_cache_mb' must be >= 0, not ", mb);
+    d.pdmsh.body_cache_bytes = static_cast<size_t>(mb) << 20;
+  }
   const YAML::Node fields =
       c.has("dataset.pdmsh.fields") ? c.section("dataset.pdmsh.fields") : YAML::Node();
   if (fields.IsDefined() && !fields.IsNull()) {

@@ -84,6 +84,7 @@ struct TrainSettings {
   int64_t num_train = 0, num_val = 0;
   SyntheticOptions synthetic;
   int64_t sampling_resolution = 0;
+  int num_workers = 0;  // loader threads; 0: auto (resolved_workers, loader.h)
   bool shuffle = true;
   TransformOptions transforms;
   ForceSettings forces;
