@@ -156,6 +156,12 @@ Sample PdmshDataset::get(size_t index, const PointRequest& request) const {
     const auto idx = subsample_indices(n, request.max_points, request.mode, gen);
     auto take = [&](const at::Tensor& x) { return idx.defined() ? x.index_select(0, idx) : x; };
     s.point_data["points"] = take(points).to(torch::kFloat).contiguous();
+    if (idx.defined()) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto& mean = points_mean_[index];
+      if (!mean.defined()) mean = points.to(torch::kDouble).mean(0);
+      s.points_mean = mean;
+    }
     if (interior.has_child("point_data")) {
       for (const auto& [key, t] : interior.child("point_data").tensors) {
         TORCH_CHECK(t.dim() >= 1 && t.size(0) == n, "dataset: '", interior.path, "' point_data '",
@@ -170,11 +176,14 @@ Sample PdmshDataset::get(size_t index, const PointRequest& request) const {
       TORCH_CHECK(!geometry.empty() || own, "dataset: '", file,
                   "' needs a body for its SDF: no file matching '", options_.geometry,
                   "' next to it (dataset.pdmsh.geometry) and no boundaries/", options_.boundary);
-      const MemmapTree body =
-          geometry.empty() ? boundary_of(domain, options_) : read_tensordict_memmap(geometry);
-      SignedDistance distance(triangle_mesh_of(body));
+      const std::string key =
+          geometry.empty() ? file + "#boundaries/" + options_.boundary : geometry;
+      const auto distance = body(key, [&] {
+        return triangle_mesh_of(geometry.empty() ? boundary_of(domain, options_)
+                                                 : read_tensordict_memmap(geometry));
+      });
       at::Tensor sdf, normals;
-      distance.query(s.point("points"), sdf, normals);
+      distance->query(s.point("points"), sdf, normals);
       s.point_data["sdf"] = sdf;
       s.point_data["sdf_normals"] = normals;
     }
@@ -211,6 +220,35 @@ Sample PdmshDataset::get(size_t index, const PointRequest& request) const {
   }
   check_(s);
   return s;
+}
+
+std::shared_ptr<const SignedDistance> PdmshDataset::body(
+    const std::string& key, const std::function<TriangleMesh()>& load) const {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = bodies_.begin(); it != bodies_.end(); ++it) {
+      if (it->key != key) continue;
+      bodies_.splice(bodies_.begin(), bodies_, it);
+      return it->distance;
+    }
+  }
+  auto distance = std::make_shared<const SignedDistance>(load());
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++bodies_built_;
+  bodies_.push_front(Body{key, distance, distance->size_bytes()});
+  size_t total = 0;
+  for (auto it = bodies_.begin(); it != bodies_.end();) {
+    total += it->bytes;
+    // The newest stays even when it alone is over the bound.
+    it = (total > options_.body_cache_bytes && it != bodies_.begin()) ? bodies_.erase(it)
+                                                                      : std::next(it);
+  }
+  return distance;
+}
+
+int64_t PdmshDataset::bodies_built() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return bodies_built_;
 }
 
 bool PdmshDataset::inward(size_t index, const at::Tensor& vertices, const at::Tensor& cells,

@@ -16,11 +16,19 @@
 // the boundary's cells: centroids, outward unit normals, areas and the
 // renamed cell fields, the case's globals merged with the boundary's own.
 // Nothing is copied or converted: a step reads only the rows it samples.
+// A volume's body is built into its distance structure once and kept
+// (PdmshOptions::body_cache_bytes): a step then costs O(k log T) for k
+// points and T triangles, not O(T). The mean of a volume's points (for the
+// center transform) is computed once per sample.
 #pragma once
 
 #include "aero/data/dataset.h"
+#include "aero/geometry/triangle_mesh.h"
 
+#include <functional>
+#include <list>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -33,6 +41,9 @@ struct PdmshOptions {
   std::string geometry = "*_single_solid.stl.pmsh";  // volume: the body, next to the sample
   std::string boundary = "vehicle";                  // surface: boundaries/<name>
   std::map<std::string, std::string> fields;         // name in the file -> target name
+  // Volume: the bodies' distance structures (BVH) kept across steps, least
+  // recently used dropped first beyond this many bytes.
+  size_t body_cache_bytes = size_t{4} << 30;
 };
 
 // The files matching a glob pattern under `root` ('*', '?' and [...] within
@@ -49,6 +60,9 @@ class PdmshDataset : public Dataset {
   std::string describe() const override;
   SampleLayout layout() const override;
   void check_headers() const override;
+  // How many bodies' distance structures were built (each once while it
+  // stays in the cache).
+  int64_t bodies_built() const;
 
  private:
   std::string path(size_t index) const { return root_ + "/" + samples_.at(index); }
@@ -64,6 +78,17 @@ class PdmshDataset : public Dataset {
   PdmshOptions options_;
   mutable std::mutex mutex_;
   mutable std::map<size_t, bool> inward_;
+  mutable std::map<size_t, at::Tensor> points_mean_;
+  // Most recently used first: (key, structure, bytes).
+  struct Body {
+    std::string key;
+    std::shared_ptr<const SignedDistance> distance;
+    size_t bytes = 0;
+  };
+  std::shared_ptr<const SignedDistance> body(const std::string& key,
+                                             const std::function<TriangleMesh()>& load) const;
+  mutable std::list<Body> bodies_;
+  mutable int64_t bodies_built_ = 0;
 };
 
 }  // namespace slipstream::aero

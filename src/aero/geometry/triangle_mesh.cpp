@@ -276,4 +276,12 @@ void SignedDistance::query(const torch::Tensor& points_in, torch::Tensor& sdf,
   normals = out_normal.to(torch::kFloat);
 }
 
+size_t SignedDistance::size_bytes() const {
+  return mesh_.vertices.size() * sizeof(mesh_.vertices[0]) +
+         mesh_.faces.size() * sizeof(mesh_.faces[0]) + order_.size() * sizeof(order_[0]) +
+         nodes_.size() * sizeof(Node) + face_normals_.size() * sizeof(face_normals_[0]) +
+         vertex_normals_.size() * sizeof(vertex_normals_[0]) +
+         edge_normals_.size() * sizeof(edge_normals_[0]);
+}
+
 }  // namespace slipstream::aero

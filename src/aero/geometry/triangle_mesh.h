@@ -35,6 +35,8 @@ class SignedDistance {
   explicit SignedDistance(const TriangleMesh& mesh);
   // points (N,3) -> sdf (N,1) and normals (N,3), float32, on the CPU.
   void query(const torch::Tensor& points, torch::Tensor& sdf, torch::Tensor& normals) const;
+  // The memory it holds: the mesh, the hierarchy and the pseudo-normals.
+  size_t size_bytes() const;
 
  private:
   struct Node {

@@ -225,6 +225,37 @@ TEST(PdmshDatasetTest, VolumeSamplesAreReadInPlaceWithTheSdfOfTheirBody) {
   EXPECT_EQ(layout.global_sizes.at("U_inf"), 3);
 }
 
+TEST(PdmshDatasetTest, EachBodyIsBuiltOnceWhileItStaysInTheCache) {
+  testing::TempDir dir;
+  write_volume_run(dir.path(), 1, 400);
+  write_volume_run(dir.path(), 2, 300);
+  std::ofstream(dir.file("manifest.json")) << R"({"train": ["run_1", "run_2"]})";
+  DatasetSource source = volume_source(dir.path());
+  const auto data = open_dataset(source, "train", "");
+  const auto& pdmsh = dynamic_cast<const PdmshDataset&>(*data.train);
+  const Sample whole = data.train->get(0);
+  for (uint64_t step = 0; step < 4; ++step) {
+    const Sample part = data.train->get(step % 2, PointRequest{50, "random", step});
+    EXPECT_EQ(part.num_points(), 50);
+    // The mean of all the sample's points, for the center transform.
+    if (step % 2 == 0) {
+      EXPECT_TRUE(torch::allclose(part.points_mean.to(torch::kFloat), whole.point("points").mean(0),
+                                  1e-5, 1e-6));
+    }
+  }
+  EXPECT_EQ(pdmsh.bodies_built(), 2);
+  // A cache that holds one body: alternating samples rebuild theirs.
+  source.pdmsh.body_cache_bytes = 0;
+  const auto small = open_dataset(source, "train", "");
+  for (uint64_t step = 0; step < 4; ++step)
+    small.train->get(step % 2, PointRequest{50, "random", step});
+  EXPECT_EQ(dynamic_cast<const PdmshDataset&>(*small.train).bodies_built(), 4);
+  // The same SDF either way.
+  const PointRequest r{60, "random", 11};
+  EXPECT_TRUE(
+      torch::equal(small.train->get(1, r).point("sdf"), data.train->get(1, r).point("sdf")));
+}
+
 TEST(PdmshDatasetTest, SurfaceSamplesAreTheBoundaryCellsFacingOutward) {
   testing::TempDir dir;
   write_surface_run(dir.path(), 1, /*inward=*/false);
