@@ -86,19 +86,37 @@ void Trainer::setup_logging(const nlohmann::json& resume) {
   logger_.write_document("dataset", dataset);
 }
 
+std::unique_ptr<PrefetchLoader> Trainer::train_loader(int64_t epoch, int64_t first_step,
+                                                      int64_t& steps) const {
+  const auto& s = run_.settings();
+  const auto order = epoch_order(run_.data.train->size(), epoch, s.seed, s.shuffle,
+                                 run_.data_rank(), run_.data_world(), /*drop_last=*/true);
+  steps = s.steps_per_epoch > 0 ? s.steps_per_epoch : static_cast<int64_t>(order.size());
+  // A resumed epoch takes the samples it had left, each with its own seed.
+  std::vector<size_t> epoch_samples;
+  for (int64_t i = first_step; i < steps; ++i) epoch_samples.push_back(order[i % order.size()]);
+  LoaderOptions options = run_.loader;
+  options.augment = true;
+  return std::make_unique<PrefetchLoader>(run_.data.train, std::move(epoch_samples), options,
+                                          epoch);
+}
+
 EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
   setup_logging();
   const auto& s = run_.settings();
   const c10::Device device = run_.device;
   Model& model = *run_.model;
   model.train();
-  const auto order = epoch_order(run_.data.train->size(), epoch, s.seed, s.shuffle,
-                                 run_.data_rank(), run_.data_world(), /*drop_last=*/true);
-  const int64_t steps =
-      s.steps_per_epoch > 0 ? s.steps_per_epoch : static_cast<int64_t>(order.size());
-  // A resumed epoch takes the samples it had left, each with its own seed.
-  std::vector<size_t> epoch_samples;
-  for (int64_t i = first_step; i < steps; ++i) epoch_samples.push_back(order[i % order.size()]);
+  int64_t steps = 0;
+  std::unique_ptr<PrefetchLoader> loader_owner;
+  if (next_loader_ && next_loader_epoch_ == epoch && first_step == 0) {
+    loader_owner = std::move(next_loader_);
+    steps = static_cast<int64_t>(loader_owner->size());
+  } else {
+    loader_owner = train_loader(epoch, first_step, steps);
+  }
+  next_loader_.reset();
+  PrefetchLoader& loader = *loader_owner;
   // A graphed epoch runs on a stream of its own from its first step (a
   // graph is not captured on the default stream, and the gradients' autograd
   // nodes must be made on the stream it is captured on): set before the
@@ -110,9 +128,6 @@ EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
     if (!graph_stream_) graph_stream_ = CudaGraph::side_stream(device);
     graph_stream.emplace(*graph_stream_);
   }
-  LoaderOptions train_loader = run_.loader;
-  train_loader.augment = true;
-  PrefetchLoader loader(run_.data.train, std::move(epoch_samples), train_loader, epoch);
   reset_peak_memory(device);
   const int64_t epoch_start = global_step_ - first_step;
   StepMeans means = first_step > 0 ? partial_means_ : StepMeans{};
@@ -183,6 +198,11 @@ EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
       Batch batch = loader.next();
       const double data_time = seconds_since(wait_t0);
       data_seconds += data_time;
+      if (!loader.has_next() && epoch < s.num_epochs) {
+        int64_t next_steps = 0;
+        next_loader_ = train_loader(epoch + 1, 0, next_steps);
+        next_loader_epoch_ = epoch + 1;
+      }
       LossResult result;
       // The first step of an epoch runs eagerly (it allocates and warms the
       // caches); the graph is captured at the next.

@@ -95,6 +95,9 @@ class Trainer {
   StepReadback::Options readback_options(const char* phase) const;
   EpochResult finish_epoch(const char* phase, int64_t epoch, int64_t steps, double seconds,
                            double data_seconds, const std::map<std::string, double>& means);
+  // The train loader of an epoch from `first_step` on, and its steps.
+  std::unique_ptr<PrefetchLoader> train_loader(int64_t epoch, int64_t first_step,
+                                               int64_t& steps) const;
 
   Run& run_;
   MetricsLogger logger_;
@@ -110,6 +113,11 @@ class Trainer {
   // The stream graphed epochs run on, the same for all of them
   // (training.cuda_graph; graphed_step.h).
   std::optional<c10::Stream> graph_stream_;
+  // The next epoch's train loader, started when this epoch's last batch was
+  // handed out, so that its first samples load during the last steps,
+  // validation and the checkpoint instead of at the epoch's first step.
+  std::unique_ptr<PrefetchLoader> next_loader_;
+  int64_t next_loader_epoch_ = -1;
 };
 
 }  // namespace slipstream::aero

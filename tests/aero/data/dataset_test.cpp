@@ -11,9 +11,11 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 namespace slipstream::aero {
 namespace {
@@ -217,24 +219,62 @@ struct FailingDataset : Dataset {
   SampleLayout layout() const override { return synthetic_layout(); }
 };
 
-TEST(PrefetchLoaderTest, DeliversInOrderAndRethrowsWorkerErrorsInOrder) {
-  auto ds = std::make_shared<FailingDataset>();
+// Earlier samples take longer: several workers finish them out of order.
+struct SlowDataset : Dataset {
+  size_t size() const override { return 6; }
+  Sample get(size_t i) const override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5 * (6 - static_cast<int>(i))));
+    SyntheticOptions o;
+    o.points_per_sample = 64;
+    return make_synthetic_sample(static_cast<int64_t>(i), o);
+  }
+  std::string describe() const override { return "slow"; }
+  SampleLayout layout() const override { return synthetic_layout(); }
+};
+
+TEST(PrefetchLoaderTest, SeveralWorkersDeliverTheSameBatchesInOrder) {
+  auto ds = std::make_shared<SlowDataset>();
   LoaderOptions o;
   o.sampling_resolution = 32;
   o.inputs = testing::volume_inputs();
-  PrefetchLoader loader(ds, {0, 1, 2, 3, 4}, o, 1);
-  for (size_t i = 0; i < 3; ++i) {
-    auto b = loader.next();
-    EXPECT_EQ(b.sample_index, i);
-    EXPECT_EQ(b.inputs.at("embedding").sizes(), (std::vector<int64_t>{1, 32, 7}));
-    EXPECT_EQ(b.inputs.at("fx").sizes(), (std::vector<int64_t>{1, 32, 3}));
-    EXPECT_EQ(b.target.sizes(), (std::vector<int64_t>{1, 32, 5}));
+  const std::vector<size_t> order{5, 0, 3, 1, 4, 2};
+  std::vector<Batch> one;
+  {
+    PrefetchLoader loader(ds, order, o, 2);
+    while (loader.has_next()) one.push_back(loader.next());
   }
-  try {
-    loader.next();
-    FAIL() << "the worker's error must reach the caller";
-  } catch (const std::runtime_error& e) {
-    EXPECT_STREQ(e.what(), "sample 3 is corrupt");
+  o.num_workers = 4;
+  PrefetchLoader loader(ds, order, o, 2);
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Batch b = loader.next();
+    EXPECT_EQ(b.sample_index, order[i]);
+    EXPECT_TRUE(torch::equal(b.target, one[i].target)) << i;
+    EXPECT_TRUE(torch::equal(b.inputs.at("embedding"), one[i].inputs.at("embedding"))) << i;
+  }
+  EXPECT_FALSE(loader.has_next());
+}
+
+TEST(PrefetchLoaderTest, DeliversInOrderAndRethrowsWorkerErrorsInOrder) {
+  for (int workers : {1, 3}) {
+    auto ds = std::make_shared<FailingDataset>();
+    LoaderOptions o;
+    o.sampling_resolution = 32;
+    o.inputs = testing::volume_inputs();
+    o.num_workers = workers;
+    PrefetchLoader loader(ds, {0, 1, 2, 3, 4}, o, 1);
+    for (size_t i = 0; i < 3; ++i) {
+      auto b = loader.next();
+      EXPECT_EQ(b.sample_index, i);
+      EXPECT_EQ(b.inputs.at("embedding").sizes(), (std::vector<int64_t>{1, 32, 7}));
+      EXPECT_EQ(b.inputs.at("fx").sizes(), (std::vector<int64_t>{1, 32, 3}));
+      EXPECT_EQ(b.target.sizes(), (std::vector<int64_t>{1, 32, 5}));
+    }
+    try {
+      loader.next();
+      FAIL() << "the worker's error must reach the caller";
+    } catch (const std::runtime_error& e) {
+      EXPECT_STREQ(e.what(), "sample 3 is corrupt");
+    }
   }
 }
 

@@ -98,6 +98,23 @@ TEST(TrainerTest, AStarvedStepShowsItsWaitForDataInTheLogs) {
   EXPECT_GT(summary["data_wait_share"].get<double>(), 0.4) << summary.dump();
 }
 
+TEST(TrainerTest, TheNextEpochsFirstSampleLoadsWhileThisEpochValidates) {
+  testing::TempDir dir;
+  {
+    Fixture t(tiny(dir.path(), {"training.num_epochs=2", "dataset.num_workers=1"}));
+    const auto delay = std::chrono::milliseconds(250);
+    t.run->data.train = std::make_shared<SlowDataset>(t.run->data.train, delay);
+    t.run->data.val = std::make_shared<SlowDataset>(t.run->data.val, delay);
+    t->fit();
+  }
+  const auto steps = records(dir.path() + "/r/metrics.jsonl", "train_step");
+  ASSERT_EQ(steps.size(), 12u);
+  // Epoch 1's first step waits for its sample; epoch 2's was read during
+  // epoch 1's validation (two samples, 250 ms each).
+  EXPECT_GT(steps[0]["data_time_s"].get<double>(), 0.2) << steps[0].dump();
+  EXPECT_LT(steps[6]["data_time_s"].get<double>(), 0.1) << steps[6].dump();
+}
+
 TEST(TrainerTest, LogsEveryStepOnceInOrderAndResumes) {
   testing::TempDir dir;
   {
