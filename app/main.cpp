@@ -20,8 +20,9 @@ int main(int argc, char** argv) {
                  "directory holding train.yaml, model/, "
                  "dataset/");
   std::vector<app::Command> commands;
-  for (auto add : {app::add_train, app::add_bench, app::add_info, app::add_make_synthetic,
-                   app::add_prepare, app::add_infer, app::add_launch, app::add_export}) {
+  for (auto add :
+       {app::add_train, app::add_bench, app::add_bench_data, app::add_info, app::add_make_synthetic,
+        app::add_prepare, app::add_infer, app::add_launch, app::add_export}) {
     commands.push_back(add(app, context));
   }
   CLI11_PARSE(app, argc, argv);

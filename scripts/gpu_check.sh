@@ -47,6 +47,10 @@
 #              output, or a .tar.xz of it) for AHMED_EPOCHS epochs (scheduler.step_size AHMED_STEP;
 #              AHMED_TIMEOUT s at most, then the checkpoint a SIGTERM leaves), then `infer --split val`:
 #              $OUT/ahmed_<model>.log, _val.jsonl (infer_step records) and _forces.svg
+#   data       bench-data (DATA_SIZES points per sample, default 1M,10M,50M, none: skip; 200k kept, page
+#              cache dropped before each step), then the volume Transolver trained on
+#              DATA_SAMPLES (default 4) prepared samples of DATA_POINTS (default 20M) points on
+#              disk: each epoch's data-wait share from its summary
 #   multi      2 GPUs: NCCL tests, bench on 1 and 2 GPUs, a 2-rank training
 #   torchrun   2 GPUs through torchrun
 # Usage: bash scripts/gpu_check.sh build test bench
@@ -351,6 +355,44 @@ stage_ahmed() {
     [ "$kind" = surface ] && cp "runs/ahmed_$m/infer_val/forces.svg" "$OUT/ahmed_${m}_forces.svg"
   done
   return $rc
+}
+
+stage_data() {
+  local dir=/tmp/slipstream-data
+  mkdir -p "$dir"
+  if [ "${DATA_SIZES:-}" != none ]; then
+    log "data: bench-data, sizes ${DATA_SIZES:-1000000,10000000,50000000}"
+    $BIN bench-data --dir "$dir/bench" --sizes "${DATA_SIZES:-1000000,10000000,50000000}" \
+      2>&1 | tee -a "$OUT/summary.txt"
+  fi
+  log "data: ${DATA_SAMPLES:-4} samples of ${DATA_POINTS:-20000000} points"
+  /usr/bin/time -v "$BIN" make-synthetic --out "$dir/big" dataset=synthetic_volume \
+    dataset.num_train="${DATA_SAMPLES:-4}" dataset.num_val=0 \
+    dataset.points_per_sample="${DATA_POINTS:-20000000}" >"$OUT/data_make.log" 2>&1 || return 1
+  grep -E "Elapsed|Maximum resident" "$OUT/data_make.log" | tee -a "$OUT/summary.txt"
+  du -sh "$dir/big" | tee -a "$OUT/summary.txt"
+  # From the disk: the samples' pages dropped from the cache (each epoch
+  # reads other blocks, so later epochs read from the disk too).
+  python3 -c 'import glob, os
+for p in glob.glob("'"$dir"'/big/*.safetensors"):
+    fd = os.open(p, os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)'
+  log "data: transolver_volume on them, 200k points a step, page cache dropped"
+  $BIN train model=transolver_volume dataset=prepared dataset.path="$dir/big" \
+    dataset.sampling_resolution=200000 training.num_epochs="${DATA_EPOCHS:-6}" \
+    run_id=data_big ${DATA_ARGS:-} >"$OUT/data_train.log" 2>&1 || return 1
+  grep -vE "^Epoch [0-9]+ \[" "$OUT/data_train.log" | tail -30 | tee -a "$OUT/summary.txt"
+  python3 - <<'PY' 2>&1 | tee -a "$OUT/summary.txt"
+import json
+rs = [json.loads(l) for l in open("runs/data_big/metrics.jsonl")]
+for r in rs:
+    if "data_wait_share" in r:
+        print({k: r.get(k) for k in ("phase", "epoch", "epoch_seconds", "data_time_s", "data_wait_share", "steps")})
+steps = [r for r in rs if r.get("phase") == "train_step"]
+if steps:
+    late = steps[len(steps) // 3:]
+    d = sum(r["data_time_s"] for r in late); t = sum(r["step_time_s"] for r in late)
+    print(f"train steps after the first third: data wait {d:.3f} s of {t:.3f} s ({100*d/t:.2f} %)")
+PY
 }
 
 stage_profile() {

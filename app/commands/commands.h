@@ -28,6 +28,7 @@ struct Command {
 
 Command add_train(CLI::App& app, const CommandContext& context);
 Command add_bench(CLI::App& app, const CommandContext& context);
+Command add_bench_data(CLI::App& app, const CommandContext& context);
 Command add_info(CLI::App& app, const CommandContext& context);
 Command add_make_synthetic(CLI::App& app, const CommandContext& context);
 Command add_prepare(CLI::App& app, const CommandContext& context);
