@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
+#include <sstream>
 #include <vector>
 
 namespace slipstream {
@@ -143,6 +145,29 @@ TEST(CliTest, MakeSyntheticThenTrainFromDiskAndFailOnATruncatedSample) {
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.output.find(victim), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir.path() + "/bad/checkpoints"));
+}
+
+TEST(CliTest, BenchDataTimesBothLayoutsAndLeavesNoFilesBehind) {
+  testing::TempDir dir;
+  const auto r = slipstream("bench-data --dir " + dir.path() +
+                            " --sizes 50000 --keep 2000 --steps 2 --warmup 1 --whole-steps 1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::set<std::string> layouts;
+  std::istringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] != '{') continue;
+    const auto j = nlohmann::json::parse(line);
+    layouts.insert(j["layout"].get<std::string>());
+    EXPECT_EQ(j["points"], 50000);
+    EXPECT_EQ(j["keep"], 2000);
+    EXPECT_GT(j["step_ms_median"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(layouts, (std::set<std::string>{"sampling", "v1"})) << r.output;
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+  // A size at or below --keep is refused, naming both.
+  const auto bad = slipstream("bench-data --dir " + dir.path() + " --sizes 1000 --keep 2000");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.output.find("size 1000 is not above --keep 2000"), std::string::npos) << bad.output;
 }
 
 // infer over domain-parallel ranks: `slipstream launch --nproc D -- infer`
