@@ -273,6 +273,43 @@ TEST(ReliabilityTest, SamplesWrittenBeforeTheSamplingLayoutStillTrainWithANote) 
   EXPECT_GT(train_steps_logged(dir.path() + "/r"), 0u);
 }
 
+TEST(ReliabilityTest, InferRefusesANonFiniteInputNamingTheSampleAndWritesNothingForIt) {
+  testing::TempDir dir;
+  const std::string data = dir.path() + "/data";
+  ASSERT_EQ(run_slipstream({"make-synthetic", "--out", data, "dataset.num_train=3",
+                            "dataset.num_val=1", "dataset.points_per_sample=400"})
+                .code,
+            0);
+  ASSERT_EQ(
+      run_slipstream(tiny(dir.path(), {"dataset.path=" + data, "training.num_epochs=1"})).code, 0);
+  // Samples to predict, written as the first format wrote them (nothing
+  // checked them then): one NaN coordinate, one infinite free stream.
+  const std::string bad = dir.path() + "/bad";
+  std::filesystem::create_directories(bad);
+  const auto f = read_safetensors(data + "/sample_00003.safetensors");
+  for (const std::string which : {"points", "U_inf"}) {
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    for (const auto& [name, t] : f.tensors) {
+      if (name.rfind("checksum/", 0) == 0) continue;
+      auto c = t.clone();
+      if (name == which)
+        c.view(-1)[which == "points" ? 16 : 0] = which == "points" ? NAN : INFINITY;
+      tensors.emplace_back(name, c);
+    }
+    write_safetensors(bad + "/" + which + ".safetensors", tensors,
+                      {{"format", "slipstream-samples-v1"}, {"globals", f.metadata.at("globals")}});
+    std::ofstream(bad + "/manifest.json") << R"({"val": [")" << which << R"(.safetensors"]})";
+    const std::string out = dir.path() + "/pred_" + which;
+    const Exit e = run_slipstream({"infer", "--checkpoint", dir.path() + "/r", "--split", "val",
+                                   "--data", bad, "--out", out, "--device", "cpu"});
+    EXPECT_EQ(e.code, 1) << e.output;
+    EXPECT_OUTPUT_HAS(e, bad + "/" + which + ".safetensors");
+    EXPECT_OUTPUT_HAS(e, which == "points" ? "field 'points' row 5 is not finite"
+                                           : "global 'U_inf' is not finite");
+    EXPECT_FALSE(std::filesystem::exists(out + "/" + which + ".vtu"));
+  }
+}
+
 TEST(ReliabilityTest, EverySampleHeaderIsCheckedBeforeTheFirstStep) {
   testing::TempDir dir;
   const std::string data = dir.path() + "/data";
@@ -563,6 +600,32 @@ TEST(ReliabilityTest, AFullDiskUnderCheckpointsIsFoundBeforeTheFirstStep) {
   EXPECT_OUTPUT_HAS(e, "found before the first step");
   EXPECT_OUTPUT_HAS(e, "No space left on device");
   EXPECT_EQ(train_steps_logged(dir.path() + "/r"), 0u);
+}
+
+TEST(ReliabilityTest, InferOnAFullDiskFailsAndLeavesNoTruncatedFileUnderItsName) {
+  testing::TempDir dir;
+  const std::string data = dir.path() + "/data";
+  ASSERT_EQ(run_slipstream({"make-synthetic", "--out", data, "dataset.num_train=3",
+                            "dataset.num_val=1", "dataset.points_per_sample=400"})
+                .code,
+            0);
+  ASSERT_EQ(
+      run_slipstream(tiny(dir.path(), {"dataset.path=" + data, "training.num_epochs=1"})).code, 0);
+  // Room for the records, not for a 400-point .vtu (about 40 KB).
+  const std::string out = dir.path() + "/pred";
+  if (!mount_tmpfs(out, "size=12k")) GTEST_SKIP() << "cannot mount a tmpfs here";
+  const Exit e = run_slipstream({"infer", "--checkpoint", dir.path() + "/r", "--split", "val",
+                                 "--data", data, "--out", out, "--device", "cpu"});
+  std::vector<std::string> left;
+  for (const auto& entry : fs::directory_iterator(out)) {
+    left.push_back(entry.path().filename().string());
+  }
+  umount(out.c_str());
+  EXPECT_EQ(e.code, 1) << e.output;
+  EXPECT_OUTPUT_HAS(e, "No space left on device");
+  for (const auto& name : left) {
+    EXPECT_EQ(name.find(".vtu"), std::string::npos) << name;  // neither final nor temp
+  }
 }
 
 TEST(ReliabilityTest, AReadOnlyOutputDirIsAClearErrorBeforeAnyWork) {

@@ -69,6 +69,12 @@ torch::Tensor predict_fitting(const TrainedModel& trained, const Sample& sample,
 
 SampleInference infer_sample(const TrainedModel& trained, const Sample& sample) {
   const bool surface = sample.has_point("normals") && sample.has_point("area");
+  // What train refuses, infer refuses: non-finite coordinates, inputs or
+  // free stream (one NaN makes every point's prediction NaN).
+  SampleLayout inputs = trained.spec.inputs.required(layout_of(sample));
+  inputs.point_channels["points"] = 3;
+  inputs.global_sizes["U_inf"] = 3;
+  validate_sample(sample, inputs, {}, false);
   SampleInference r;
   r.id = sample.id;
   r.points = sample.num_points();
@@ -76,6 +82,12 @@ SampleInference infer_sample(const TrainedModel& trained, const Sample& sample) 
   const auto t0 = std::chrono::steady_clock::now();
   r.prediction = predict_fitting(trained, sample, surface, r.chunks);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Finite inputs far outside the training data can still overflow.
+  const int64_t bad = (~torch::isfinite(r.prediction)).any(1).sum().item<int64_t>();
+  TORCH_CHECK(bad == 0, "infer: the prediction for sample ", sample.id, " is not finite at ", bad,
+              " of ", r.points,
+              " points (inputs outside what the model can take?); nothing is "
+              "written for it");
   r.peak_memory_gib = peak_memory_gib(trained.device);
   const auto& fields = trained.fields;
   std::vector<torch::Tensor> truth;

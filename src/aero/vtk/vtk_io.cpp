@@ -8,6 +8,7 @@
 #include <vtkCellDataToPointData.h>
 #include <vtkCommand.h>
 #include <vtkDataArray.h>
+#include <vtkErrorCode.h>
 #include <vtkFloatArray.h>
 #include <vtkIdTypeArray.h>
 #include <vtkNew.h>
@@ -28,6 +29,9 @@
 
 #include "core/io/concatenated_files.h"
 #include "core/io/progress.h"
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <filesystem>
 
@@ -80,6 +84,33 @@ void rename_into_place(const std::string& tmp, const std::string& path) {
     fs::remove(tmp, ec);
     TORCH_CHECK(false, "vtk: cannot rename '", tmp, "' to '", path, "'");
   }
+}
+
+// Runs `writer` into `tmp`, then renames it over `path`. VTK reports a
+// failed write (a full disk) through GetErrorCode() while Write() can still
+// return 1, so both are checked; the bytes are flushed to the disk before
+// the rename, and a failed temp file is removed.
+template <typename Writer>
+void write_into_place(Writer* writer, const std::string& tmp, const std::string& path,
+                      const char* what) {
+  const int ok = writer->Write();
+  const unsigned long code = writer->GetErrorCode();
+  bool synced = false;
+  if (ok == 1 && code == 0) {
+    const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+    synced = fd >= 0 && ::fsync(fd) == 0;
+    if (fd >= 0) ::close(fd);
+  }
+  if (!synced) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    TORCH_CHECK(false, what, ": writing '", path, "' failed: ",
+                code == vtkErrorCode::OutOfDiskSpaceError ? "No space left on device"
+                : code != 0 ? vtkErrorCode::GetStringFromErrorCode(code)
+                            : "the writer reported an error",
+                "; nothing was written under that name");
+  }
+  rename_into_place(tmp, path);
 }
 
 }  // namespace
@@ -219,8 +250,7 @@ void write_vtu(const std::string& path, const torch::Tensor& points_in,
   writer->SetInputData(grid);
   writer->SetDataModeToAppended();
   writer->EncodeAppendedDataOff();
-  TORCH_CHECK(writer->Write() == 1, "vtk: writing '", tmp, "' failed");
-  rename_into_place(tmp, path);
+  write_into_place(writer.GetPointer(), tmp, path, "vtk");
 }
 
 SurfaceData read_vtp(const std::string& path, const std::vector<std::string>& field_names) {
@@ -314,8 +344,7 @@ void write_vtp(const std::string& path, const SurfaceMesh& mesh,
   writer->SetInputData(poly);
   writer->SetDataModeToAppended();
   writer->EncodeAppendedDataOff();
-  TORCH_CHECK(writer->Write() == 1, "vtk: writing '", tmp, "' failed");
-  rename_into_place(tmp, path);
+  write_into_place(writer.GetPointer(), tmp, path, "vtk");
 }
 
 TriangleMesh read_stl(const std::string& path) {
@@ -361,8 +390,7 @@ void write_stl(const std::string& path, const TriangleMesh& mesh) {
   writer->SetFileName(tmp.c_str());
   writer->SetInputData(poly);
   writer->SetFileTypeToBinary();
-  TORCH_CHECK(writer->Write() == 1, "stl: writing '", tmp, "' failed");
-  rename_into_place(tmp, path);
+  write_into_place(writer.GetPointer(), tmp, path, "stl");
 }
 
 }  // namespace slipstream::aero
