@@ -567,6 +567,24 @@ TEST(ReliabilityTest, ARunIdThatLeavesTheOutputDirIsRejected) {
   }
   EXPECT_FALSE(fs::exists(dir.path() + "/metrics.jsonl"));
   EXPECT_FALSE(fs::exists(dir.path() + "/escape"));
+  // A newline or a tab would make a directory no shell names safely.
+  for (const std::string id : {"a\nb", "tab\there"}) {
+    auto args = tiny(out);
+    args.push_back("run_id=" + id);
+    const Exit e = run_slipstream(args);
+    EXPECT_EQ(e.code, 1) << e.output;
+    EXPECT_OUTPUT_HAS(e, "holds a control character");
+  }
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST(ReliabilityTest, LaunchBoundsItsRanksByTheMachineNamingTheRange) {
+  for (const std::string n : {"0", "100000"}) {
+    const Exit e = run_slipstream({"launch", "--nproc", n, "--", "info"});
+    EXPECT_EQ(e.code, 1) << n << ": " << e.output;
+    EXPECT_OUTPUT_HAS(e, "--nproc " + n + " is not between 1 and ");
+    EXPECT_LT(e.output.size(), 400u) << e.output;
+  }
 }
 
 TEST(ReliabilityTest, ASecondRunWithTheSameRunIdIsRefusedNamingTheHoldersPid) {
@@ -640,6 +658,19 @@ TEST(ReliabilityTest, AReadOnlyOutputDirIsAClearErrorBeforeAnyWork) {
 }
 
 // --- config ----------------------------------------------------------------------
+
+TEST(ReliabilityTest, AKeyGivenTwiceInAYamlFileIsAnErrorNamingItAndItsLine) {
+  testing::TempDir dir;
+  const std::string configs = dir.path() + "/configs";
+  fs::copy(std::string(SLIPSTREAM_SOURCE_DIR) + "/configs", configs, fs::copy_options::recursive);
+  std::ofstream(configs + "/model/transolver_small.yaml", std::ios::app) << "n_hidden: 48\n";
+  auto args = tiny(dir.path());
+  args.insert(args.begin(), {"--config-dir", configs});
+  const Exit e = run_slipstream(args);
+  EXPECT_EQ(e.code, 1) << e.output;
+  EXPECT_OUTPUT_HAS(e, configs + "/model/transolver_small.yaml' gives 'n_hidden' twice");
+  EXPECT_FALSE(fs::exists(dir.path() + "/r"));
+}
 
 TEST(ReliabilityTest, AnUnknownKeyInsideAYamlFileIsAnErrorNamingTheKeyAndTheFile) {
   testing::TempDir dir;

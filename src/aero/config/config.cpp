@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <sstream>
 
 namespace slipstream::aero {
@@ -34,13 +35,39 @@ void collect_leaves(const YAML::Node& node, const std::string& prefix,
   }
 }
 
+// A key given twice in one mapping: YAML forbids it, yaml-cpp keeps both
+// and reads the first. Iterative, so that deep nesting cannot overflow.
+void check_unique_keys(const YAML::Node& root, const std::string& path) {
+  std::vector<std::pair<YAML::Node, std::string>> todo{{root, ""}};
+  while (!todo.empty()) {
+    const auto [node, prefix] = todo.back();
+    todo.pop_back();
+    if (node.IsMap()) {
+      std::set<std::string> seen;
+      for (const auto& kv : node) {
+        const std::string key = kv.first.Scalar();
+        TORCH_CHECK(seen.insert(key).second, "config: '", path, "' gives '", prefix + key,
+                    "' twice (line ", kv.first.Mark().line + 1, ")");
+        todo.emplace_back(kv.second, prefix + key + ".");
+      }
+    } else if (node.IsSequence()) {
+      for (size_t i = 0; i < node.size(); ++i) {
+        todo.emplace_back(node[i], prefix + std::to_string(i) + ".");
+      }
+    }
+  }
+}
+
 YAML::Node load_file(const std::string& path) {
   TORCH_CHECK(fs::is_regular_file(path), "config: file '", path, "' does not exist");
+  YAML::Node node;
   try {
-    return YAML::LoadFile(path);
+    node = YAML::LoadFile(path);
   } catch (const YAML::Exception& e) {
     TORCH_CHECK(false, "config: '", path, "' is not valid YAML: ", e.what());
   }
+  check_unique_keys(node, path);
+  return node;
 }
 
 std::vector<std::string> group_choices(const std::string& dir, const std::string& group) {
@@ -217,6 +244,12 @@ Config Config::load(const std::string& dir, const std::vector<std::string>& over
     TORCH_CHECK(eq != std::string::npos && eq > 0, "config: override '", o,
                 "' is not of the form key=value");
     const std::string key = o.substr(0, eq), value = o.substr(eq + 1);
+    // YAML would fold a newline into a space: the value would not be the one given.
+    const bool control = std::any_of(value.begin(), value.end(), [](char c) {
+      return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+    });
+    TORCH_CHECK(!control, "config: the value of '", key,
+                "' holds a control character (a newline, a tab, ...); give it on one line");
     if (picks.count(key)) {
       const auto choices = group_choices(dir, key);
       TORCH_CHECK(std::find(choices.begin(), choices.end(), value) != choices.end(),

@@ -7,6 +7,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -19,6 +20,10 @@ namespace slipstream::aero {
 namespace fs = std::filesystem;
 
 void check_run_id(const std::string& id) {
+  const bool control = std::any_of(id.begin(), id.end(), [](char c) {
+    return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+  });
+  TORCH_CHECK(!control, "config: run_id must not hold control characters (a newline, a tab, ...)");
   TORCH_CHECK(!id.empty() && id.find('/') == std::string::npos &&
                   id.find('\\') == std::string::npos && id.front() != '.',
               "config: run_id '", id,
