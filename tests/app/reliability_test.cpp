@@ -310,6 +310,29 @@ TEST(ReliabilityTest, InferRefusesANonFiniteInputNamingTheSampleAndWritesNothing
   }
 }
 
+TEST(ReliabilityTest, AValSamplesWrongRowCountIsFoundBeforeTheFirstStep) {
+  testing::TempDir dir;
+  const std::string data = dir.path() + "/data";
+  ASSERT_EQ(run_slipstream({"make-synthetic", "--out", data, "dataset.num_train=3",
+                            "dataset.num_val=1", "dataset.points_per_sample=400"})
+                .code,
+            0);
+  const std::string victim = data + "/sample_00003.safetensors";  // val: read after an epoch
+  auto f = read_safetensors(victim);
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (auto& [name, t] : f.tensors) {
+    if (name.rfind("checksum/", 0) == 0) continue;
+    tensors.emplace_back(name, name == "pressure" ? t.narrow(0, 0, 399).clone() : t.clone());
+  }
+  write_safetensors(victim, tensors,
+                    {{"format", "slipstream-samples-v1"}, {"globals", f.metadata.at("globals")}});
+  const Exit e = run_slipstream(tiny(dir.path(), {"dataset.path=" + data}));
+  EXPECT_EQ(e.code, 1) << e.output;
+  EXPECT_OUTPUT_HAS(e, victim);
+  EXPECT_OUTPUT_HAS(e, "point field 'pressure' has shape [399, 1]: one row per point (400)");
+  EXPECT_EQ(train_steps_logged(dir.path() + "/r"), 0u);
+}
+
 TEST(ReliabilityTest, EverySampleHeaderIsCheckedBeforeTheFirstStep) {
   testing::TempDir dir;
   const std::string data = dir.path() + "/data";
@@ -439,6 +462,39 @@ TEST(ReliabilityTest, SigintStopsCleanlyWithExitCode130) {
   const Exit e = p.wait(30s);
   EXPECT_EQ(e.code, 130) << e.output;
   EXPECT_FALSE(snapshot(dir.path() + "/r/checkpoints").empty());
+}
+
+TEST(ReliabilityTest, SighupFromAClosedTerminalStopsCleanlyWithACheckpointAndExit129) {
+  testing::TempDir dir;
+  Process p(testing::slipstream_bin(), long_run(dir.path()));
+  ASSERT_TRUE(eventually([&] { return train_steps_logged(dir.path() + "/r") >= 3; }, 30s));
+  p.signal(SIGHUP);
+  const Exit e = p.wait(30s);
+  EXPECT_EQ(e.code, 129) << e.output;
+  EXPECT_OUTPUT_HAS(e, "SIGHUP (the terminal went away)");
+  EXPECT_FALSE(snapshot(dir.path() + "/r/checkpoints").empty());
+}
+
+TEST(ReliabilityTest, TempFilesOfAWriterKilledMidWriteAreRemovedWhenTheRunStartsAgain) {
+  testing::TempDir dir;
+  ASSERT_EQ(run_slipstream(tiny(dir.path(), {"training.num_epochs=1"})).code, 0);
+  // A pid that is no process: its writer is gone.
+  pid_t dead = 0;
+  {
+    Process gone(testing::slipstream_bin(), {"--help"});
+    gone.wait(10s);
+    dead = gone.pid();
+  }
+  const std::string ckpt = dir.path() + "/r/checkpoints";
+  const std::string stale = ckpt + "/checkpoint_epoch_0002.safetensors.tmp." + std::to_string(dead);
+  const std::string live = ckpt + "/other.tmp." + std::to_string(getpid());
+  std::ofstream(stale) << "half";
+  std::ofstream(live) << "being written";
+  const Exit e = run_slipstream(tiny(dir.path(), {"training.num_epochs=2"}));
+  EXPECT_EQ(e.code, 0) << e.output;
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(live));  // its writer (this test) is alive
+  EXPECT_OUTPUT_HAS(e, "left by a writer (pid " + std::to_string(dead) + ") that died mid-write");
 }
 
 TEST(ReliabilityTest, ASecondSignalExitsAtOnce) {

@@ -4,10 +4,12 @@
 
 #include <c10/util/Exception.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -31,6 +33,30 @@ void check_run_id(const std::string& id) {
               "a directory inside output_dir");
 }
 
+void RunDirectory::remove_stale_temp_files() const {
+  for (const std::string& dir : {path_, checkpoints()}) {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      const auto at = name.rfind(".tmp.");
+      if (at == std::string::npos || !entry.is_regular_file(ec)) continue;
+      const std::string digits = name.substr(at + 5);
+      if (digits.empty() || digits.size() > 9 ||
+          !std::all_of(digits.begin(), digits.end(), ::isdigit)) {
+        continue;
+      }
+      // The writer died before its rename (write_file_atomically's temp
+      // name ends in its pid); a live one is left alone.
+      const pid_t writer = static_cast<pid_t>(std::stol(digits));
+      if (::kill(writer, 0) == 0 || errno != ESRCH) continue;
+      if (fs::remove(entry.path(), ec)) {
+        std::fprintf(stderr, "run: removed '%s', left by a writer (pid %d) that died mid-write\n",
+                     entry.path().c_str(), static_cast<int>(writer));
+      }
+    }
+  }
+}
+
 RunDirectory::RunDirectory(std::string path) : path_(std::move(path)) {
   std::error_code ec;
   fs::create_directories(checkpoints(), ec);
@@ -51,6 +77,7 @@ RunDirectory::RunDirectory(std::string path) : path_(std::move(path)) {
   if (ftruncate(lock_fd_, 0) != 0 || pwrite(lock_fd_, pid.data(), pid.size(), 0) < 0) {
     // The lock holds without the pid in it; only the message names less.
   }
+  remove_stale_temp_files();
   // checkpoints/ must take a file before the first step, not after an epoch.
   const std::string probe = checkpoints() + "/.write_probe";
   try {

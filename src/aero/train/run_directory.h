@@ -36,6 +36,9 @@ class RunDirectory {
   void clear() const;
 
  private:
+  // Removes "<name>.tmp.<pid>" files under the run and its checkpoints
+  // whose writer is no longer alive (killed mid-write), saying so.
+  void remove_stale_temp_files() const;
   std::string path_;
   int lock_fd_ = -1;
 };

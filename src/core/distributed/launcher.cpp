@@ -69,6 +69,7 @@ pid_t start_rank(const std::string& program, const std::vector<std::string>& arg
     if (getppid() != parent) _exit(137);
     signal(SIGTERM, SIG_DFL);
     signal(SIGINT, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
     execve(program.c_str(), argv.data(), envp.data());
     _exit(127);
   }
@@ -109,6 +110,7 @@ int launch_local_ranks(int nproc, int master_port, const std::string& program,
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);
 
   std::vector<pid_t> pids;
   for (int rank = 0; rank < nproc; ++rank) {

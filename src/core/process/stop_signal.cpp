@@ -21,10 +21,12 @@ void write_message(const char* text) {
 void on_signal(int sig) {
   int expected = 0;
   if (first_signal.compare_exchange_strong(expected, sig)) {
-    write_message(sig == SIGINT ? "\nslipstream: SIGINT: finishing the step, then a checkpoint; "
-                                  "a second signal exits at once\n"
-                                : "\nslipstream: SIGTERM: finishing the step, then a checkpoint; "
-                                  "a second signal exits at once\n");
+    write_message(sig == SIGINT   ? "\nslipstream: SIGINT: finishing the step, then a checkpoint; "
+                                    "a second signal exits at once\n"
+                  : sig == SIGHUP ? "\nslipstream: SIGHUP (the terminal went away): finishing the "
+                                    "step, then a checkpoint; a second signal exits at once\n"
+                                  : "\nslipstream: SIGTERM: finishing the step, then a checkpoint; "
+                                    "a second signal exits at once\n");
     return;
   }
   write_message("slipstream: second signal: exiting now\n");
@@ -41,6 +43,7 @@ void StopSignals::install() {
   sa.sa_flags = SA_RESTART;
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);
 }
 
 int StopSignals::requested() { return first_signal.load(std::memory_order_relaxed); }

@@ -1,7 +1,8 @@
-// StopSignals: SIGTERM and SIGINT as a request to stop cleanly. The first
-// one sets a flag that the training loop reads once a step (an atomic load,
-// no system call); the loop then finishes its step, drains the readback,
-// checkpoints and exits with 128 + the signal (143, 130). A second signal
+// StopSignals: SIGTERM, SIGINT and SIGHUP (a closed terminal or ssh
+// session) as a request to stop cleanly. The first one sets a flag that the
+// training loop reads once a step (an atomic load, no system call); the loop
+// then finishes its step, drains the readback, checkpoints and exits with
+// 128 + the signal (143, 130, 129). A second signal
 // exits at once with the same code. Nothing here knows of training.
 #pragma once
 
