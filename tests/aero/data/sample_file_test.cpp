@@ -244,7 +244,9 @@ TEST(SampleFileTest, TheLoaderCentersABlockByTheWholeSamplesMean) {
   LoaderOptions o;
   o.sampling_resolution = 50;
   o.transforms.center = true;
-  o.fields = FieldSchema({FieldSpec{"pressure", FieldType::kScalar}});
+  FieldSpec pressure;
+  pressure.name = "pressure";
+  o.fields = FieldSchema({pressure});
   o.inputs = InputSpec({{"embedding", InputSource{{"points"}, ""}}});
   const Sample block = data.splits.train->get(0, PointRequest{50, "random", 0, 5, 0});
   const Batch b = make_host_batch(block, o, 1);
