@@ -22,6 +22,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -73,6 +74,30 @@ std::vector<nlohmann::json> records(const std::string& path, const std::string& 
 
 size_t train_steps_logged(const std::string& run) {
   return records(run + "/metrics.jsonl", "train_step").size();
+}
+
+// 3 train and 1 val synthetic samples of 400 points, written to <dir>/data.
+std::string make_small_dataset(const std::string& dir) {
+  const std::string data = dir + "/data";
+  const Exit e = run_slipstream({"make-synthetic", "--out", data, "dataset.num_train=3",
+                                 "dataset.num_val=1", "dataset.points_per_sample=400"});
+  EXPECT_EQ(e.code, 0) << e.output;
+  return data;
+}
+
+// The sample file `from` written to `to` as version 1 wrote samples (no
+// checksums, rows as they are), each tensor through `edit`.
+void write_as_v1(
+    const std::string& from, const std::string& to,
+    const std::function<at::Tensor(const std::string&, const at::Tensor&)>& edit = nullptr) {
+  const auto f = read_safetensors(from);
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const auto& [name, t] : f.tensors) {
+    if (name.rfind("checksum/", 0) == 0) continue;
+    tensors.emplace_back(name, edit ? edit(name, t.clone()) : t.clone());
+  }
+  write_safetensors(to, tensors,
+                    {{"format", "slipstream-samples-v1"}, {"globals", f.metadata.at("globals")}});
 }
 
 std::string contents(const std::string& path) {
@@ -224,11 +249,8 @@ TEST(ReliabilityTest, ANonFiniteLossStopsTheRunNamingStepRankAndFieldWithExitCod
 
 TEST(ReliabilityTest, ASampleWithANaNFieldIsNamedWithItsFileAndFieldAndExits1) {
   testing::TempDir dir;
-  const std::string data = dir.path() + "/data";
-  ASSERT_EQ(run_slipstream({"make-synthetic", "--out", data, "dataset.num_train=3",
-                            "dataset.num_val=1", "dataset.points_per_sample=400"})
-                .code,
-            0);
+  const std::string data = make_small_dataset(dir.path());
+  ASSERT_FALSE(HasFailure());
   const std::string victim = data + "/sample_00001.safetensors";
   // Changed after it was written: row 7's pressure becomes NaN in place.
   {
@@ -251,21 +273,12 @@ TEST(ReliabilityTest, ASampleWithANaNFieldIsNamedWithItsFileAndFieldAndExits1) {
 
 TEST(ReliabilityTest, SamplesWrittenBeforeTheSamplingLayoutStillTrainWithANote) {
   testing::TempDir dir;
-  const std::string data = dir.path() + "/data";
-  ASSERT_EQ(run_slipstream({"make-synthetic", "--out", data, "dataset.num_train=3",
-                            "dataset.num_val=1", "dataset.points_per_sample=400"})
-                .code,
-            0);
+  const std::string data = make_small_dataset(dir.path());
+  ASSERT_FALSE(HasFailure());
   // As version 1 wrote them: no checksums, no row order, no points mean.
   for (int i = 0; i < 4; ++i) {
     const std::string path = data + "/sample_0000" + std::to_string(i) + ".safetensors";
-    auto f = read_safetensors(path);
-    std::vector<std::pair<std::string, at::Tensor>> tensors;
-    for (auto& [name, t] : f.tensors) {
-      if (name.rfind("checksum/", 0) != 0) tensors.emplace_back(name, t.clone());
-    }
-    write_safetensors(path, tensors,
-                      {{"format", "slipstream-samples-v1"}, {"globals", f.metadata.at("globals")}});
+    write_as_v1(path, path);
   }
   const Exit e = run_slipstream(tiny(dir.path(), {"dataset.path=" + data}));
   EXPECT_EQ(e.code, 0) << e.output;
@@ -275,29 +288,21 @@ TEST(ReliabilityTest, SamplesWrittenBeforeTheSamplingLayoutStillTrainWithANote) 
 
 TEST(ReliabilityTest, InferRefusesANonFiniteInputNamingTheSampleAndWritesNothingForIt) {
   testing::TempDir dir;
-  const std::string data = dir.path() + "/data";
-  ASSERT_EQ(run_slipstream({"make-synthetic", "--out", data, "dataset.num_train=3",
-                            "dataset.num_val=1", "dataset.points_per_sample=400"})
-                .code,
-            0);
+  const std::string data = make_small_dataset(dir.path());
+  ASSERT_FALSE(HasFailure());
   ASSERT_EQ(
       run_slipstream(tiny(dir.path(), {"dataset.path=" + data, "training.num_epochs=1"})).code, 0);
   // Samples to predict, written as the first format wrote them (nothing
   // checked them then): one NaN coordinate, one infinite free stream.
   const std::string bad = dir.path() + "/bad";
   std::filesystem::create_directories(bad);
-  const auto f = read_safetensors(data + "/sample_00003.safetensors");
   for (const std::string which : {"points", "U_inf"}) {
-    std::vector<std::pair<std::string, at::Tensor>> tensors;
-    for (const auto& [name, t] : f.tensors) {
-      if (name.rfind("checksum/", 0) == 0) continue;
-      auto c = t.clone();
-      if (name == which)
-        c.view(-1)[which == "points" ? 16 : 0] = which == "points" ? NAN : INFINITY;
-      tensors.emplace_back(name, c);
-    }
-    write_safetensors(bad + "/" + which + ".safetensors", tensors,
-                      {{"format", "slipstream-samples-v1"}, {"globals", f.metadata.at("globals")}});
+    write_as_v1(data + "/sample_00003.safetensors", bad + "/" + which + ".safetensors",
+                [&](const std::string& name, at::Tensor t) {
+                  if (name == which)
+                    t.view(-1)[which == "points" ? 16 : 0] = which == "points" ? NAN : INFINITY;
+                  return t;
+                });
     std::ofstream(bad + "/manifest.json") << R"({"val": [")" << which << R"(.safetensors"]})";
     const std::string out = dir.path() + "/pred_" + which;
     const Exit e = run_slipstream({"infer", "--checkpoint", dir.path() + "/r", "--split", "val",
@@ -312,20 +317,12 @@ TEST(ReliabilityTest, InferRefusesANonFiniteInputNamingTheSampleAndWritesNothing
 
 TEST(ReliabilityTest, AValSamplesWrongRowCountIsFoundBeforeTheFirstStep) {
   testing::TempDir dir;
-  const std::string data = dir.path() + "/data";
-  ASSERT_EQ(run_slipstream({"make-synthetic", "--out", data, "dataset.num_train=3",
-                            "dataset.num_val=1", "dataset.points_per_sample=400"})
-                .code,
-            0);
+  const std::string data = make_small_dataset(dir.path());
+  ASSERT_FALSE(HasFailure());
   const std::string victim = data + "/sample_00003.safetensors";  // val: read after an epoch
-  auto f = read_safetensors(victim);
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (auto& [name, t] : f.tensors) {
-    if (name.rfind("checksum/", 0) == 0) continue;
-    tensors.emplace_back(name, name == "pressure" ? t.narrow(0, 0, 399).clone() : t.clone());
-  }
-  write_safetensors(victim, tensors,
-                    {{"format", "slipstream-samples-v1"}, {"globals", f.metadata.at("globals")}});
+  write_as_v1(victim, victim, [](const std::string& name, const at::Tensor& t) {
+    return name == "pressure" ? t.narrow(0, 0, 399).clone() : t;
+  });
   const Exit e = run_slipstream(tiny(dir.path(), {"dataset.path=" + data}));
   EXPECT_EQ(e.code, 1) << e.output;
   EXPECT_OUTPUT_HAS(e, victim);
@@ -335,11 +332,8 @@ TEST(ReliabilityTest, AValSamplesWrongRowCountIsFoundBeforeTheFirstStep) {
 
 TEST(ReliabilityTest, EverySampleHeaderIsCheckedBeforeTheFirstStep) {
   testing::TempDir dir;
-  const std::string data = dir.path() + "/data";
-  ASSERT_EQ(run_slipstream({"make-synthetic", "--out", data, "dataset.num_train=3",
-                            "dataset.num_val=1", "dataset.points_per_sample=400"})
-                .code,
-            0);
+  const std::string data = make_small_dataset(dir.path());
+  ASSERT_FALSE(HasFailure());
   // The val sample (read only after a train epoch) lacks its pressure.
   const std::string victim = data + "/sample_00003.safetensors";
   auto f = read_safetensors(victim);
@@ -678,11 +672,8 @@ TEST(ReliabilityTest, AFullDiskUnderCheckpointsIsFoundBeforeTheFirstStep) {
 
 TEST(ReliabilityTest, InferOnAFullDiskFailsAndLeavesNoTruncatedFileUnderItsName) {
   testing::TempDir dir;
-  const std::string data = dir.path() + "/data";
-  ASSERT_EQ(run_slipstream({"make-synthetic", "--out", data, "dataset.num_train=3",
-                            "dataset.num_val=1", "dataset.points_per_sample=400"})
-                .code,
-            0);
+  const std::string data = make_small_dataset(dir.path());
+  ASSERT_FALSE(HasFailure());
   ASSERT_EQ(
       run_slipstream(tiny(dir.path(), {"dataset.path=" + data, "training.num_epochs=1"})).code, 0);
   // Room for the records, not for a 400-point .vtu (about 40 KB).
