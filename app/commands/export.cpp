@@ -3,6 +3,9 @@
 #include "aero/interop/mdlus.h"
 #include "aero/train/run.h"
 #include "commands/commands.h"
+#include "commands/output_guard.h"
+
+#include <fstream>
 
 #include <iostream>
 #include <memory>
@@ -19,6 +22,12 @@ Command add_export(CLI::App& app, const CommandContext& /*context*/) {
       ->required();
   sub->add_option("--out", o->out, "the .mdlus to write")->required();
   return {sub, [o] {
+            // A .mdlus is a zip: an existing one may be replaced, nothing else.
+            check_output_file(o->out, {o->checkpoint}, [](const std::string& path) {
+              std::ifstream in(path, std::ios::binary);
+              char magic[4] = {};
+              return in.read(magic, 4) && std::string(magic, 4) == std::string("PK\3\4", 4);
+            });
             const auto trained = aero::load_trained(o->checkpoint, c10::Device(c10::kCPU));
             aero::write_mdlus(o->out, *trained.model);
             std::cout << "Wrote " << o->out << ": " << trained.model->class_name() << ", "

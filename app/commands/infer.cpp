@@ -23,6 +23,7 @@
 #include "aero/train/run.h"
 #include "commands/commands.h"
 #include "commands/field_names.h"
+#include "commands/output_guard.h"
 #include "commands/tables.h"
 #include "core/device/device.h"
 #include "core/distributed/process_group.h"
@@ -42,6 +43,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 
@@ -288,6 +290,34 @@ InferOptions with_infer_split(InferOptions o) {
   return o;
 }
 
+// A .json infer --in wrote: it names the run and the checkpoint.
+bool is_single_run_record(const std::string& path) {
+  std::ifstream in(path);
+  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() && j.contains("run") && j.contains("checkpoint");
+}
+
+// Nothing infer writes may land on its inputs, a training run, a dataset or
+// a file infer did not write (output_guard.h).
+void check_outputs(const InferOptions& o) {
+  if (!o.split.empty()) {
+    check_output_directory(o.out, {o.checkpoint, o.data}, "metrics.jsonl",
+                           [](const std::string& p) { return first_record_is(p, "infer_config"); });
+    return;
+  }
+  fs::path stem = o.out;
+  stem.replace_extension("");
+  const std::string record = stem.string() + ".json";
+  const std::vector<std::string> inputs{o.run_dir, o.checkpoint};
+  check_output_file(record, inputs, is_single_run_record);
+  // A mesh of that name is ours when its record is.
+  for (const char* ext : {".vtu", ".vtp"}) {
+    check_output_file(stem.string() + ext, inputs, [&](const std::string&) {
+      return fs::exists(record) && is_single_run_record(record);
+    });
+  }
+}
+
 // Launched on several ranks (`slipstream launch --nproc D -- infer ...`),
 // they form one domain group: each sample's points are split over them
 // (TrainedModel::domain_group), for --split.
@@ -301,6 +331,7 @@ int run_infer(const InferOptions& options, const CommandContext& context) {
   const auto env = DistributedEnv::from_environment();
   TORCH_CHECK(env.world_size == 1 || !o.split.empty(),
               "infer: over several ranks, predict a split (--split NAME); --in RUN runs on one");
+  check_outputs(o);  // before any work
   const c10::Device device = resolve_device(o.device, env.local_rank);
   const auto comm = init_process_group(env, device);
   aero::TrainedModel trained = aero::is_mdlus_path(o.checkpoint)

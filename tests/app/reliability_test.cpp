@@ -330,6 +330,61 @@ TEST(ReliabilityTest, AValSamplesWrongRowCountIsFoundBeforeTheFirstStep) {
   EXPECT_EQ(train_steps_logged(dir.path() + "/r"), 0u);
 }
 
+TEST(ReliabilityTest, NoOutputLandsOnARunADatasetAnInputOrAFileItDidNotWrite) {
+  testing::TempDir dir;
+  const std::string data = make_small_dataset(dir.path());
+  ASSERT_FALSE(HasFailure());
+  ASSERT_EQ(
+      run_slipstream(tiny(dir.path(), {"dataset.path=" + data, "training.num_epochs=1"})).code, 0);
+  const std::string run = dir.path() + "/r";
+  const auto before = snapshot(run + "/checkpoints");
+  const auto metrics_size = fs::file_size(run + "/metrics.jsonl");
+  const std::string newest = run + "/checkpoints/checkpoint_epoch_0001.safetensors";
+  auto infer = [&](const std::string& out, std::vector<std::string> more = {},
+                   const std::string& checkpoint = "") {
+    std::vector<std::string> args{"infer",   "--checkpoint", checkpoint.empty() ? run : checkpoint,
+                                  "--split", "val",          "--out",
+                                  out,       "--device",     "cpu"};
+    args.insert(args.end(), more.begin(), more.end());
+    return run_slipstream(args);
+  };
+  // The training run itself: given as --checkpoint, or holding the checkpoint.
+  Exit e = infer(run);
+  EXPECT_EQ(e.code, 1) << e.output;
+  EXPECT_OUTPUT_HAS(e, "would land on the input");
+  e = infer(run, {}, newest);
+  EXPECT_EQ(e.code, 1) << e.output;
+  EXPECT_OUTPUT_HAS(e, "is a training run");
+  EXPECT_EQ(fs::file_size(run + "/metrics.jsonl"), metrics_size);
+  // The dataset it reads.
+  e = infer(data, {"--data", data});
+  EXPECT_EQ(e.code, 1) << e.output;
+  EXPECT_OUTPUT_HAS(e, "would land on the input");
+  // A directory whose metrics.jsonl is someone else's.
+  fs::create_directories(dir.path() + "/mine");
+  std::ofstream(dir.path() + "/mine/metrics.jsonl") << "{\"phase\": \"train_step\"}\n";
+  e = infer(dir.path() + "/mine");
+  EXPECT_EQ(e.code, 1) << e.output;
+  EXPECT_OUTPUT_HAS(e, "did not write");
+  // Its own output, twice: the second replaces the first.
+  EXPECT_EQ(infer(dir.path() + "/pred").code, 0);
+  e = infer(dir.path() + "/pred");
+  EXPECT_EQ(e.code, 0) << e.output;
+  // export: never over a checkpoint or a file that is not a .mdlus.
+  e = run_slipstream({"export", "--checkpoint", run, "--out", newest});
+  EXPECT_EQ(e.code, 1) << e.output;
+  EXPECT_OUTPUT_HAS(e, "checkpoints/");
+  std::ofstream(dir.path() + "/notes.txt") << "mine";
+  e = run_slipstream({"export", "--checkpoint", run, "--out", dir.path() + "/notes.txt"});
+  EXPECT_EQ(e.code, 1) << e.output;
+  EXPECT_OUTPUT_HAS(e, "was not written by this command");
+  EXPECT_EQ(run_slipstream({"export", "--checkpoint", run, "--out", dir.path() + "/m.mdlus"}).code,
+            0);
+  EXPECT_EQ(run_slipstream({"export", "--checkpoint", run, "--out", dir.path() + "/m.mdlus"}).code,
+            0);
+  EXPECT_EQ(snapshot(run + "/checkpoints"), before);
+}
+
 TEST(ReliabilityTest, EverySampleHeaderIsCheckedBeforeTheFirstStep) {
   testing::TempDir dir;
   const std::string data = make_small_dataset(dir.path());

@@ -252,6 +252,22 @@ TEST(VtkPipelineTest, MakeSyntheticPrepareTrainInferThenReadThePredictionBack) {
                "/raw/run_0003 --out " + d + "/pred.vtu --device cpu >> " + d + "/log 2>&1"),
             0)
       << d;
+  // Again, over its own output (allowed), then onto the raw run it reads (refused, the
+  // run untouched).
+  ASSERT_EQ(sh(bin + " infer --checkpoint " + d + "/runs/r/checkpoints --in " + d +
+               "/raw/run_0003 --out " + d + "/pred.vtu --device cpu >> " + d + "/log 2>&1"),
+            0);
+  const auto raw_size = fs::file_size(d + "/raw/run_0003/volume.vtu");
+  EXPECT_NE(sh(bin + " infer --checkpoint " + d + "/runs/r/checkpoints --in " + d +
+               "/raw/run_0003 --out " + d + "/raw/run_0003/volume.vtu --device cpu > " + d +
+               "/onto 2>&1"),
+            0);
+  EXPECT_EQ(fs::file_size(d + "/raw/run_0003/volume.vtu"), raw_size);
+  {
+    std::ifstream in(d + "/onto");
+    const std::string said((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(said.find("would land on the input"), std::string::npos) << said;
+  }
   const std::vector<std::string> names = {"velocity_pred", "velocity_true", "velocity_error",
                                           "pressure_pred", "nut_pred",      "nut_error"};
   vtkNew<vtkXMLUnstructuredGridReader> reader;
