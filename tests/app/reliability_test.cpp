@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -760,6 +761,23 @@ TEST(ReliabilityTest, AReadOnlyOutputDirIsAClearErrorBeforeAnyWork) {
 }
 
 // --- config ----------------------------------------------------------------------
+
+TEST(ReliabilityTest, SizesBeyondTheMachineAreNamedByTheirKeysBeforeAnyWork) {
+  testing::TempDir dir;
+  const std::vector<std::string> cases = {"dataset.num_train=1000000000",
+                                          "dataset.points_per_sample=10000000000",
+                                          "model.n_layers=10000000"};
+  for (const auto& override : cases) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Exit e = run_slipstream(tiny(dir.path(), {override}));
+    const auto took = std::chrono::steady_clock::now() - t0;
+    EXPECT_EQ(e.code, 1) << override << ": " << e.output;
+    EXPECT_OUTPUT_HAS(e, override);
+    EXPECT_OUTPUT_HAS(e, "this machine has available");
+    EXPECT_LT(took, 30s) << override;  // named before it grows, not after
+  }
+  EXPECT_EQ(train_steps_logged(dir.path() + "/r"), 0u);
+}
 
 TEST(ReliabilityTest, AKeyGivenTwiceInAYamlFileIsAnErrorNamingItAndItsLine) {
   testing::TempDir dir;

@@ -2,6 +2,7 @@
 
 #include "aero/model/geotransolver.h"
 #include "aero/model/transolver.h"
+#include "core/process/host_memory.h"
 
 #include <c10/util/Exception.h>
 
@@ -14,6 +15,27 @@ namespace {
 
 void check_positive(const std::string& key, int64_t v) {
   TORCH_CHECK(v > 0, "config: '", key, "' must be > 0, got ", v);
+}
+
+// A model far beyond the machine is named by its keys before it is built
+// (building it would grow for minutes before a bare std::bad_alloc). Each
+// layer holds about (2·mlp_ratio + 4)·n_hidden² weights (the MLP and the
+// attention's projections; `per_layer` scales it for a family with more),
+// and training keeps 4 fp32 copies (weights, gradients, two moments).
+void check_fits_in_memory(const Config& c, double per_layer) {
+  const uint64_t available = available_host_memory();
+  if (available == 0) return;
+  const double layers = static_cast<double>(c.get<int64_t>("model.n_layers"));
+  const double hidden = static_cast<double>(c.get<int64_t>("model.n_hidden"));
+  const double ratio = static_cast<double>(c.get<int64_t>("model.mlp_ratio"));
+  const double bytes = layers * per_layer * (2 * ratio + 4) * hidden * hidden * 4.0 * 4.0;
+  TORCH_CHECK(bytes <= static_cast<double>(available),
+              "config: a model of model.n_layers=", static_cast<int64_t>(layers),
+              ", model.n_hidden=", static_cast<int64_t>(hidden),
+              " and model.mlp_ratio=", static_cast<int64_t>(ratio), " needs about ",
+              format_gib(bytes), " to train (weights, gradients, optimizer state), more than the ",
+              format_gib(static_cast<double>(available)),
+              " this machine has available; make model.n_layers or model.n_hidden smaller");
 }
 
 ModelPtr build_transolver(const Config& c, const ModelShape& shape) {
@@ -35,6 +57,7 @@ ModelPtr build_transolver(const Config& c, const ModelShape& shape) {
   }
   TORCH_CHECK(m.n_hidden % m.n_head == 0, "config: 'model.n_hidden' (", m.n_hidden,
               ") must be divisible by 'model.n_head' (", m.n_head, ")");
+  check_fits_in_memory(c, 1.0);
   return Transolver(m).ptr();
 }
 
@@ -81,6 +104,7 @@ ModelPtr build_geotransolver(const Config& c, const ModelShape& shape) {
   TORCH_CHECK(m.state_mixing_mode == "weighted" || m.state_mixing_mode == "concat_project",
               "config: 'model.state_mixing_mode' is '", m.state_mixing_mode,
               "', expected one of: weighted, concat_project");
+  check_fits_in_memory(c, 2.0);  // GALE's self and cross attention
   return GeoTransolver(m).ptr();
 }
 

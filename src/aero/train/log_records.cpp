@@ -39,6 +39,10 @@ LogRecord summary_log_record(const std::string& phase, int64_t epoch,
     auto it = means.find(key);
     if (it != means.end()) rec.fields.push_back({key, it->second, kind_of(key)});
   }
+  // Steps left out of the means for a non-finite loss (val: train stops at one).
+  if (auto nf = means.find("nonfinite_steps"); nf != means.end()) {
+    rec.fields.push_back({"nonfinite_steps", nf->second, FieldKind::kMetric});
+  }
   if (lr) rec.fields.push_back({"lr", *lr, FieldKind::kLearningRate});
   rec.fields.push_back({"epoch_seconds", t.seconds, FieldKind::kPerformance});
   rec.fields.push_back({"steps", static_cast<double>(t.steps), FieldKind::kPerformance});

@@ -4,6 +4,7 @@
 #include "aero/model/domain_parallel.h"
 
 #include "core/device/device.h"
+#include "core/process/host_memory.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
@@ -151,11 +152,36 @@ ModelShape model_shape(const RunSpec& spec, const SampleLayout& layout) {
 }
 
 namespace {
+// Synthetic samples are made and kept in memory: more than the machine has
+// is named by its keys before any is made.
+void check_synthetic_fits(const TrainSettings& d) {
+  const uint64_t available = available_host_memory();
+  if (available == 0) return;
+  double per_point = 0;
+  for (const auto& [name, channels] : synthetic_layout(d.synthetic.kind).point_channels) {
+    per_point += 4.0 * static_cast<double>(channels);
+  }
+  const double points = static_cast<double>(d.synthetic.points_per_sample);
+  const double one = points * per_point;
+  const double all = one * static_cast<double>(d.num_train + d.num_val);
+  const double avail = static_cast<double>(available);
+  TORCH_CHECK(one <= avail, "config: dataset.points_per_sample=", d.synthetic.points_per_sample,
+              " needs about ", format_gib(one), " a sample, more than the ", format_gib(avail),
+              " this machine has available");
+  TORCH_CHECK(all <= avail, "config: dataset.num_train=", d.num_train,
+              " and dataset.num_val=", d.num_val, " synthetic samples of ",
+              d.synthetic.points_per_sample, " points are kept in memory: about ", format_gib(all),
+              ", more than the ", format_gib(avail),
+              " this machine has available; use fewer, or write them to disk with "
+              "`slipstream make-synthetic --out DIR` and train with dataset.path=DIR");
+}
+
 // One dataset's train and val: synthetic in memory, or its source's
 // manifest splits `train_split` and `val_split`.
 DatasetSplits splits_of(const TrainSettings& d, const std::string& train_split,
                         const std::string& val_split) {
   if (!d.synthetic_data()) return open_dataset(d.data, train_split, val_split);
+  check_synthetic_fits(d);
   DatasetSplits out;
   out.train = std::make_shared<SyntheticDataset>(d.synthetic, 0, d.num_train);
   out.val = std::make_shared<SyntheticDataset>(d.synthetic, d.num_train, d.num_val);

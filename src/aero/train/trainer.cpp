@@ -18,7 +18,9 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <iostream>
@@ -271,9 +273,17 @@ EpochResult Trainer::val_epoch(int64_t epoch) {
   PrefetchLoader loader(run_.data.val, order, run_.loader, /*epoch=*/0);
   StepMeans means;
   const int64_t first = val_step_;
+  // A non-finite val loss is left out of the means: named, never silent.
+  std::vector<std::string> step_samples;
+  std::vector<std::string> nonfinite_samples;
   StepReadback readback(
       [&](const StepRecord& r) {
         means.add(r.values);
+        const auto loss = std::find_if(r.values.begin(), r.values.end(),
+                                       [](const auto& kv) { return kv.first == "loss"; });
+        if (loss != r.values.end() && !std::isfinite(loss->second)) {
+          nonfinite_samples.push_back(step_samples.at(static_cast<size_t>(r.step - first)));
+        }
         if (run_.rank != 0) return;
         logger_.write(step_log_record(
             "val", r, epoch, r.step - first + 1, steps,
@@ -290,6 +300,7 @@ EpochResult Trainer::val_epoch(int64_t epoch) {
       Batch batch = loader.next();
       const double data_time = seconds_since(t0);
       data_seconds += data_time;
+      step_samples.push_back(batch.sample_id);
       torch::Tensor prediction;
       {
         AutocastGuard autocast(run_.device, run_.bf16());
@@ -302,7 +313,18 @@ EpochResult Trainer::val_epoch(int64_t epoch) {
     }
     readback.drain();
   }
-  return finish_epoch("val", epoch, steps, seconds_since(epoch_t0), data_seconds, means.means());
+  auto summary = means.means();
+  summary["nonfinite_steps"] = static_cast<double>(nonfinite_samples.size());
+  if (!nonfinite_samples.empty()) {
+    std::string names;
+    for (const auto& id : nonfinite_samples) names += (names.empty() ? "" : ", ") + id;
+    std::fprintf(stderr,
+                 "val: epoch %lld: %zu of %lld steps had a non-finite loss on rank %d (%s); the "
+                 "summary's means leave them out\n",
+                 static_cast<long long>(epoch), nonfinite_samples.size(),
+                 static_cast<long long>(steps), run_.rank, names.c_str());
+  }
+  return finish_epoch("val", epoch, steps, seconds_since(epoch_t0), data_seconds, summary);
 }
 
 EpochResult Trainer::finish_epoch(const char* phase, int64_t epoch, int64_t steps, double seconds,

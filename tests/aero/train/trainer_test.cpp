@@ -115,6 +115,42 @@ TEST(TrainerTest, TheNextEpochsFirstSampleLoadsWhileThisEpochValidates) {
   EXPECT_LT(steps[6]["data_time_s"].get<double>(), 0.1) << steps[6].dump();
 }
 
+// A dataset whose sample 0 has NaN pressures: its val loss is not finite.
+class NaNTargetDataset : public Dataset {
+ public:
+  explicit NaNTargetDataset(std::shared_ptr<Dataset> inner) : inner_(std::move(inner)) {}
+  using Dataset::get;
+  size_t size() const override { return inner_->size(); }
+  Sample get(size_t index) const override {
+    Sample s = inner_->get(index);
+    if (index == 0) {
+      s.point_data["pressure"] = s.point("pressure").clone();
+      s.point_data["pressure"].fill_(NAN);  // whatever rows a step keeps
+    }
+    return s;
+  }
+  std::string describe() const override { return inner_->describe(); }
+  SampleLayout layout() const override { return inner_->layout(); }
+
+ private:
+  std::shared_ptr<Dataset> inner_;
+};
+
+TEST(TrainerTest, AValStepWithANonFiniteLossIsCountedInTheSummaryNotDroppedSilently) {
+  testing::TempDir dir;
+  {
+    Fixture t(tiny(dir.path(), {"training.num_epochs=1"}));
+    t.run->data.val = std::make_shared<NaNTargetDataset>(t.run->data.val);
+    ::testing::internal::CaptureStderr();
+    t->fit();
+    const std::string said = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(said.find("1 of 2 steps had a non-finite loss"), std::string::npos) << said;
+  }
+  const auto summary = records(dir.path() + "/r/metrics.jsonl", "val_summary").at(0);
+  EXPECT_EQ(summary["nonfinite_steps"].get<double>(), 1.0) << summary.dump();
+  EXPECT_TRUE(std::isfinite(summary["loss"].get<double>()));
+}
+
 TEST(TrainerTest, LogsEveryStepOnceInOrderAndResumes) {
   testing::TempDir dir;
   {
