@@ -17,8 +17,8 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
-#include <array>
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <csignal>
