@@ -45,7 +45,11 @@ Command add_train(CLI::App& app, const CommandContext& context) {
   sub->add_option("overrides", o->overrides, "key=value config overrides");
   return {sub, [o, &context]() -> int {
             const auto config = aero::Config::load(context.config_dir, o->overrides);
-            auto run = aero::build_run(config, DistributedEnv::from_environment());
+            const auto env = DistributedEnv::from_environment();
+            if (env.rank == 0 && env.launcher != "none") {
+              std::cout << "Launch: " << env.describe() << std::endl;
+            }
+            auto run = aero::build_run(config, env);
             try {
               aero::Trainer trainer(*run);
               if (o->audit_syncs) trainer.set_sync_audit(true);

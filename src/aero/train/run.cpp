@@ -368,9 +368,18 @@ std::map<std::string, std::string> Run::checkpoint_metadata() const {
 }
 
 nlohmann::json Run::config_record() const {
+  nlohmann::json launch{{"launcher", env.launcher},
+                        {"world_size", std::max(1, env.world_size)},
+                        {"num_nodes", env.num_nodes},
+                        {"ranks_per_node", env.local_world_size}};
+  if (!env.master_addr.empty()) {
+    launch["rendezvous"] = env.master_addr + ":" + std::to_string(env.master_port);
+    launch["rendezvous_from"] = env.master_from;
+  }
   return {{"model", model->class_name()}, {"num_parameters", model->parameter_count()},
           {"params", config.flat()},      {"precision", to_string(precision)},
-          {"device", device.str()},       {"numerics", model->numerics(device, bf16())}};
+          {"device", device.str()},       {"numerics", model->numerics(device, bf16())},
+          {"distributed", launch}};
 }
 
 nlohmann::json Run::dataset_record() const {

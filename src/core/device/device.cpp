@@ -6,6 +6,8 @@
 #include <torch/cuda.h>
 
 #include <unistd.h>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 
@@ -25,8 +27,15 @@ c10::Device resolve_device(const std::string& name, int local_rank) {
   if (name == "cuda" || name == "auto") {
     if (cuda_available()) {
       const int count = static_cast<int>(torch::cuda::device_count());
-      TORCH_CHECK(local_rank < count, "device: LOCAL_RANK ", local_rank, " but only ", count,
-                  " CUDA devices are visible");
+      // A scheduler that binds one GPU to each task (SLURM's --gpus-per-task=1)
+      // shows every local rank its GPU as device 0.
+      const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+      const bool bound = count == 1 && visible != nullptr && std::strchr(visible, ',') == nullptr;
+      if (bound) return c10::Device(c10::kCUDA, 0);
+      TORCH_CHECK(local_rank < count, "device: local rank ", local_rank, " but only ", count,
+                  " CUDA devices are visible (CUDA_VISIBLE_DEVICES=",
+                  visible == nullptr ? "unset" : visible,
+                  "); start at most one rank per GPU on each node");
       return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
     }
     TORCH_CHECK(name == "auto", "device: 'cuda' was asked for, but no CUDA device is available");

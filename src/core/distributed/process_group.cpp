@@ -31,26 +31,6 @@
 namespace slipstream {
 namespace {
 
-std::string env_or(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? fallback : std::string(v);
-}
-
-int env_int(const char* name, int fallback, bool required) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') {
-    TORCH_CHECK(!required, "distributed: environment variable ", name,
-                " is required when WORLD_SIZE > 1");
-    return fallback;
-  }
-  char* end = nullptr;
-  const long parsed = std::strtol(v, &end, 10);
-  TORCH_CHECK(end != nullptr && *end == '\0' && parsed >= 0 && parsed < (1L << 30),
-              "distributed: environment variable ", name, "='", v,
-              "' is not a non-negative integer");
-  return static_cast<int>(parsed);
-}
-
 class C10dPending final : public PendingCollective {
  public:
   explicit C10dPending(c10::intrusive_ptr<c10d::Work> work) : work_(std::move(work)) {}
@@ -332,27 +312,6 @@ class C10dCommunicator final : public Communicator {
 };
 
 }  // namespace
-
-DistributedEnv DistributedEnv::from_environment() {
-  DistributedEnv env;
-  env.world_size = env_int("WORLD_SIZE", 1, false);
-  TORCH_CHECK(env.world_size >= 1, "distributed: WORLD_SIZE must be >= 1");
-  const bool multi = env.world_size > 1;
-  env.rank = env_int("RANK", 0, multi);
-  env.local_rank = env_int("LOCAL_RANK", env.rank, false);
-  TORCH_CHECK(env.rank < env.world_size, "distributed: RANK=", env.rank,
-              " is not below WORLD_SIZE=", env.world_size);
-  if (multi) {
-    env.master_addr = env_or("MASTER_ADDR", "");
-    TORCH_CHECK(!env.master_addr.empty(),
-                "distributed: environment variable MASTER_ADDR is required when "
-                "WORLD_SIZE > 1");
-    env.master_port = env_int("MASTER_PORT", 0, true);
-    TORCH_CHECK(env.master_port > 0 && env.master_port < 65536,
-                "distributed: MASTER_PORT=", env.master_port, " is not a valid port");
-  }
-  return env;
-}
 
 bool has_gloo_backend() {
 #ifdef SLIPSTREAM_WITH_GLOO

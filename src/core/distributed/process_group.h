@@ -1,7 +1,6 @@
-// Process-group setup from torchrun-style environment variables.
-//
-// RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT name this process
-// and the rendezvous; rank 0 hosts a c10d TCPStore there and every rank
+// Process-group setup for a DistributedEnv (launch_env.h: torchrun, SLURM,
+// OpenMPI or `slipstream launch`), which names this process and the
+// rendezvous; rank 0 hosts a c10d TCPStore there and every rank
 // joins it (under torchrun, which sets TORCHELASTIC_USE_AGENT_STORE=True, the
 // agent hosts it and rank 0 joins too). The backend is Gloo for CPU tensors and NCCL for CUDA
 // tensors, whichever this build has (Debian's LibTorch has Gloo; the GPU image's has NCCL). A world
@@ -9,6 +8,7 @@
 #pragma once
 
 #include "core/distributed/communicator.h"
+#include "core/distributed/launch_env.h"
 
 #include <c10/core/Device.h>
 
@@ -17,18 +17,6 @@
 #include <string>
 
 namespace slipstream {
-
-struct DistributedEnv {
-  int rank = 0;
-  int world_size = 1;
-  int local_rank = 0;
-  std::string master_addr;
-  int master_port = 0;
-
-  // Reads the variables; a missing WORLD_SIZE means a world of one. Throws
-  // c10::Error naming the variable that is missing or malformed.
-  static DistributedEnv from_environment();
-};
 
 struct ProcessGroupOptions {
   // A rank that dies or hangs makes the others fail after this long.
