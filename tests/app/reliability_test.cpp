@@ -129,10 +129,6 @@ void flip_a_bit(const std::string& path) {
   f.write(&c, 1);
 }
 
-#define EXPECT_OUTPUT_HAS(exit, text)                                                        \
-  EXPECT_NE((exit).output.find(text), std::string::npos) << "looked for: " << (text) << "\n" \
-                                                         << (exit).output
-
 // --- checkpoints ----------------------------------------------------------
 
 TEST(ReliabilityTest,

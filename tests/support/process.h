@@ -10,6 +10,11 @@
 #include <string>
 #include <vector>
 
+// A failed expectation shows what was looked for and the whole output.
+#define EXPECT_OUTPUT_HAS(exit, text)                                                        \
+  EXPECT_NE((exit).output.find(text), std::string::npos) << "looked for: " << (text) << "\n" \
+                                                         << (exit).output
+
 namespace slipstream::testing {
 
 struct Exit {

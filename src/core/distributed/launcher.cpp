@@ -29,23 +29,27 @@ void on_launcher_signal(int sig) {
   signals_seen.fetch_add(1);
 }
 
-std::vector<std::string> child_environment(int rank, int nproc, int port,
+std::vector<std::string> child_environment(const LaunchOptions& o, int local_rank,
                                            const std::string& reports) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string kv = *e;
     bool ours = false;
-    for (const char* k : {"RANK=", "LOCAL_RANK=", "WORLD_SIZE=", "MASTER_ADDR=", "MASTER_PORT=",
-                          "SLIPSTREAM_LAUNCH_REPORTS="}) {
+    for (const char* k :
+         {"RANK=", "LOCAL_RANK=", "WORLD_SIZE=", "MASTER_ADDR=", "MASTER_PORT=", "GROUP_RANK=",
+          "GROUP_WORLD_SIZE=", "LOCAL_WORLD_SIZE=", "SLIPSTREAM_LAUNCH_REPORTS="}) {
       ours |= kv.rfind(k, 0) == 0;
     }
     if (!ours) env.push_back(kv);
   }
-  env.push_back("RANK=" + std::to_string(rank));
-  env.push_back("LOCAL_RANK=" + std::to_string(rank));
-  env.push_back("WORLD_SIZE=" + std::to_string(nproc));
-  env.push_back("MASTER_ADDR=127.0.0.1");
-  env.push_back("MASTER_PORT=" + std::to_string(port));
+  env.push_back("RANK=" + std::to_string(o.node_rank * o.nproc + local_rank));
+  env.push_back("LOCAL_RANK=" + std::to_string(local_rank));
+  env.push_back("WORLD_SIZE=" + std::to_string(o.nnodes * o.nproc));
+  env.push_back("GROUP_RANK=" + std::to_string(o.node_rank));
+  env.push_back("GROUP_WORLD_SIZE=" + std::to_string(o.nnodes));
+  env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(o.nproc));
+  env.push_back("MASTER_ADDR=" + o.master_addr);
+  env.push_back("MASTER_PORT=" + std::to_string(o.master_port));
   env.push_back("SLIPSTREAM_LAUNCH_REPORTS=" + reports);
   return env;
 }
@@ -96,10 +100,17 @@ std::string describe_exit(int status) {
 
 }  // namespace
 
-int launch_local_ranks(int nproc, int master_port, const std::string& program,
+int launch_local_ranks(const LaunchOptions& o, const std::string& program,
                        const std::vector<std::string>& args) {
+  const int nproc = o.nproc;
   TORCH_CHECK(nproc >= 1, "launch: --nproc must be >= 1, got ", nproc);
-  TORCH_CHECK(master_port > 0 && master_port < 65536, "launch: bad port ", master_port);
+  TORCH_CHECK(o.nnodes >= 1, "launch: --nnodes must be >= 1, got ", o.nnodes);
+  TORCH_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes, "launch: --node-rank ", o.node_rank,
+              " is not between 0 and ", o.nnodes - 1, " (--nnodes ", o.nnodes, ")");
+  TORCH_CHECK(o.master_port > 0 && o.master_port < 65536, "launch: --master-port ", o.master_port,
+              " is not a valid port");
+  TORCH_CHECK(!o.master_addr.empty(), "launch: --master-addr is empty");
+  const int first_rank = o.node_rank * nproc;
   char reports_template[] = "/tmp/slipstream-launch-XXXXXX";
   const char* reports_dir = mkdtemp(reports_template);
   TORCH_CHECK(reports_dir != nullptr,
@@ -113,10 +124,9 @@ int launch_local_ranks(int nproc, int master_port, const std::string& program,
   sigaction(SIGHUP, &sa, nullptr);
 
   std::vector<pid_t> pids;
-  for (int rank = 0; rank < nproc; ++rank) {
-    const pid_t pid =
-        start_rank(program, args, child_environment(rank, nproc, master_port, reports));
-    TORCH_CHECK(pid > 0, "launch: cannot start rank ", rank, " (", program,
+  for (int local = 0; local < nproc; ++local) {
+    const pid_t pid = start_rank(program, args, child_environment(o, local, reports));
+    TORCH_CHECK(pid > 0, "launch: cannot start rank ", first_rank + local, " (", program,
                 "): ", std::strerror(errno));
     pids.push_back(pid);
   }
@@ -149,7 +159,7 @@ int launch_local_ranks(int nproc, int master_port, const std::string& program,
     int rank = -1;
     for (size_t i = 0; i < pids.size(); ++i) {
       if (pids[i] == done) {
-        rank = static_cast<int>(i);
+        rank = first_rank + static_cast<int>(i);
         pids[i] = 0;
       }
     }
@@ -170,7 +180,7 @@ int launch_local_ranks(int nproc, int master_port, const std::string& program,
     signal_all(SIGTERM);
     kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   }
-  for (int rank = 0; rank < nproc; ++rank) {
+  for (int rank = first_rank; rank < first_rank + nproc; ++rank) {
     std::remove((reports + "/rank_" + std::to_string(rank)).c_str());
   }
   rmdir(reports.c_str());
