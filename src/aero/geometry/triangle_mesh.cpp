@@ -1,5 +1,7 @@
 #include "aero/geometry/triangle_mesh.h"
 
+#include "core/process/parallel.h"
+
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 #include <torch/torch.h>
@@ -246,7 +248,7 @@ void SignedDistance::query(const torch::Tensor& points_in, torch::Tensor& sdf,
   const double* pp = points.data_ptr<double>();
   double* ps = out_sdf.data_ptr<double>();
   double* pn = out_normal.data_ptr<double>();
-  at::parallel_for(0, n, 4096, [&](int64_t begin, int64_t end) {
+  parallel_ranges(n, 4096, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const double* p = pp + 3 * i;
       double best = std::numeric_limits<double>::infinity();
