@@ -1,5 +1,6 @@
 // slipstream prepare --in RAW --out DIR [--val-fraction F] [--test-fraction F | --splits FILE]
-//                    [--limit-points N] [--field T=NAME ...] [dataset=prepared_surface ...]
+//                    [--limit-points N] [--block-rows N] [--field T=NAME ...]
+//                    [dataset=prepared_surface ...]
 //                    [--format openfoam --patch NAME... [--time T] [--case-type C]]
 // Raw runs to the trainer's samples: volume runs (.vtu + .stl) or, for a
 // dataset of kind surface, surface runs (.vtp), in DrivAerML's layout; or,
@@ -10,6 +11,7 @@
 #include "aero/vtk/openfoam_case.h"
 #include "commands/commands.h"
 #include "commands/field_names.h"
+#include "core/process/host_memory.h"
 
 #ifdef SLIPSTREAM_WITH_VTK
 #include "aero/vtk/raw_runs.h"
@@ -26,7 +28,7 @@ Command add_prepare(CLI::App& app, const CommandContext& context) {
     double val_fraction = 0.25, test_fraction = 0.0;
     std::string splits, format = "vtk";
     aero::OpenFoamOptions openfoam;
-    int64_t limit_points = 0;
+    int64_t limit_points = 0, block_rows = 1 << 18;
     FieldNameOptions fields;
     std::vector<std::string> overrides;
   };
@@ -45,6 +47,9 @@ Command add_prepare(CLI::App& app, const CommandContext& context) {
       ->excludes(val_fraction);
   sub->add_option("--limit-points", o->limit_points,
                   "keep N points (cells) per run, a fixed random subset: a quick look (0: all)");
+  sub->add_option("--block-rows", o->block_rows,
+                  "volumes: stream the .vtu this many points at a time, in memory that does not "
+                  "grow with the volume (0: read each whole)");
   sub->add_option("--format", o->format, "vtk (DrivAerML's layout) or openfoam (case directories)");
   sub->add_option("--patch", o->openfoam.patches,
                   "openfoam: the body's patches, names or glob patterns (repeatable)");
@@ -69,11 +74,14 @@ Command add_prepare(CLI::App& app, const CommandContext& context) {
                         "prepare: --patch is for --format openfoam");
             TORCH_CHECK(o->limit_points >= 0, "prepare: --limit-points must be >= 0");
             po.limit_points = o->limit_points;
+            TORCH_CHECK(o->block_rows >= 0, "prepare: --block-rows must be >= 0");
+            po.stream_block_rows = o->block_rows;
             const auto r = aero::prepare_runs(o->in, o->out, po);
             std::cout << "Prepared " << r.runs << " " << po.kind << " runs (" << r.train
                       << " train, " << r.val << " val, " << r.test << " test, " << r.points
                       << (po.kind == "surface" ? " cells" : " points") << ") into " << o->out
-                      << " in " << r.seconds << " s";
+                      << " in " << r.seconds << " s, peak memory "
+                      << format_gib(static_cast<double>(peak_rss_bytes()));
             if (!r.warnings.empty()) std::cout << ", " << r.warnings.size() << " warnings";
             std::cout << "\n";
             return 0;

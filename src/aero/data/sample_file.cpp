@@ -1,10 +1,16 @@
 #include "aero/data/sample_file.h"
 
+#include "core/io/atomic_file.h"
 #include "core/io/crc32c.h"
 
 #include <torch/torch.h>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <numeric>
@@ -47,6 +53,32 @@ uint64_t seed_of_name(const std::string& path) {
   uint64_t h = 1469598103934665603ULL;  // FNV-1a
   for (unsigned char c : name) h = (h ^ c) * 1099511628211ULL;
   return h;
+}
+
+std::string mean_of(double x, double y, double z) {
+  char text[128];
+  std::snprintf(text, sizeof(text), "%.17g,%.17g,%.17g", x, y, z);
+  return text;
+}
+
+std::map<std::string, std::string> file_metadata(const std::string& id, const std::string& globals,
+                                                 int64_t n, const SampleWriteOptions& o,
+                                                 uint64_t seed, const std::string& mean,
+                                                 const std::string& nonfinite) {
+  std::map<std::string, std::string> meta{{"id", id},
+                                          {"format", kFormat},
+                                          {"globals", globals},
+                                          {"rows", std::to_string(n)},
+                                          {"chunk_rows", std::to_string(o.chunk_rows)},
+                                          {"points_mean", mean},
+                                          {"nonfinite", nonfinite}};
+  if (o.permute) {
+    meta["row_order"] = "permuted";
+    meta["row_seed"] = std::to_string(seed);
+  } else {
+    meta["row_order"] = "source";
+  }
+  return meta;
 }
 
 // A point field as the loader uses it: (N, C) float.
@@ -104,17 +136,44 @@ bool is_sample_format(const std::string& format) {
   return format == kFormat || format == kFormatV1;
 }
 
-std::vector<int64_t> row_permutation(int64_t n, uint64_t seed) {
-  std::vector<int64_t> p(static_cast<size_t>(std::max<int64_t>(n, 0)));
-  std::iota(p.begin(), p.end(), int64_t{0});
+namespace {
+template <typename Index>
+std::vector<Index> shuffled(int64_t n, uint64_t seed) {
+  std::vector<Index> p(static_cast<size_t>(std::max<int64_t>(n, 0)));
+  std::iota(p.begin(), p.end(), Index{0});
   std::mt19937_64 rng(seed);
   for (int64_t i = n - 1; i > 0; --i) {
     const uint64_t bound = static_cast<uint64_t>(i) + 1;
     const uint64_t limit = UINT64_MAX - UINT64_MAX % bound;  // a multiple of bound
     uint64_t x = rng();
     while (x >= limit) x = rng();
-    std::swap(p[i], p[x % bound]);
+    std::swap(p[static_cast<size_t>(i)], p[static_cast<size_t>(x % bound)]);
   }
+  return p;
+}
+}  // namespace
+
+std::vector<int64_t> row_permutation(int64_t n, uint64_t seed) {
+  return shuffled<int64_t>(n, seed);
+}
+
+std::vector<uint32_t> row_places(int64_t n, uint64_t seed) {
+  TORCH_CHECK(n >= 0 && n < (int64_t{1} << 31), "row_places: ", n, " rows (below 2^31)");
+  auto p = shuffled<uint32_t>(n, seed);
+  // Inverted in place, cycle by cycle; the top bit marks a place written.
+  constexpr uint32_t kMark = 1u << 31;
+  for (uint32_t i = 0; i < static_cast<uint32_t>(n); ++i) {
+    if ((p[i] & kMark) != 0) continue;
+    uint32_t prev = i, cur = p[i];
+    while (cur != i) {  // file row prev holds source row cur
+      const uint32_t next = p[cur];
+      p[cur] = prev | kMark;
+      prev = cur;
+      cur = next;
+    }
+    p[i] = prev | kMark;
+  }
+  for (auto& v : p) v &= ~kMark;
   return p;
 }
 
@@ -142,9 +201,8 @@ void write_sample_file(const std::string& path, const Sample& s, const SampleWri
     index = torch::from_blob(perm.data(), {n}, torch::kLong);
   }
   const auto mean = s.point("points").to(torch::kDouble).mean(0);
-  char mean_text[128];
-  std::snprintf(mean_text, sizeof(mean_text), "%.17g,%.17g,%.17g", mean[0].item<double>(),
-                mean[1].item<double>(), mean[2].item<double>());
+  const std::string mean_text =
+      mean_of(mean[0].item<double>(), mean[1].item<double>(), mean[2].item<double>());
 
   std::vector<std::pair<std::string, at::Tensor>> tensors, checksums;
   const int64_t chunks = (n + o.chunk_rows - 1) / o.chunk_rows;
@@ -173,20 +231,189 @@ void write_sample_file(const std::string& path, const Sample& s, const SampleWri
   }
   for (const auto& [name, t] : mesh) tensors.emplace_back(kMeshPrefix + name, t);
   tensors.insert(tensors.end(), checksums.begin(), checksums.end());
-  std::map<std::string, std::string> meta{{"id", s.id},
-                                          {"format", kFormat},
-                                          {"globals", globals},
-                                          {"rows", std::to_string(n)},
-                                          {"chunk_rows", std::to_string(o.chunk_rows)},
-                                          {"points_mean", mean_text},
-                                          {"nonfinite", join(nonfinite)}};
-  if (o.permute) {
-    meta["row_order"] = "permuted";
-    meta["row_seed"] = std::to_string(seed);
-  } else {
-    meta["row_order"] = "source";
+  write_safetensors(path, tensors,
+                    file_metadata(s.id, globals, n, o, seed, mean_text, join(nonfinite)));
+}
+
+// --- SampleFileStreamWriter ----------------------------------------------
+
+SampleFileStreamWriter::SampleFileStreamWriter(std::string path, int64_t rows,
+                                               std::vector<std::pair<std::string, int64_t>> fields,
+                                               const SampleWriteOptions& options)
+    : path_(std::move(path)), rows_(rows), fields_(std::move(fields)), options_(options) {
+  TORCH_CHECK(options_.permute, "write sample: a streamed sample file is always permuted");
+  TORCH_CHECK(options_.chunk_rows > 0, "write sample: chunk_rows must be positive");
+  TORCH_CHECK(rows_ > 0 && rows_ < (int64_t{1} << 31), "write sample: '", path_, "': ", rows_,
+              " rows (1 to 2^31 - 1 can be streamed)");
+  // The file's order, as write_sample_file's: by name.
+  std::sort(fields_.begin(), fields_.end());
+  for (size_t f = 0; f < fields_.size(); ++f) {
+    if (fields_[f].first == "points") points_field_ = static_cast<int64_t>(f);
   }
-  write_safetensors(path, tensors, meta);
+  TORCH_CHECK(points_field_ >= 0 && fields_[static_cast<size_t>(points_field_)].second == 3,
+              "write sample: '", path_, "': a 'points' field of 3 channels is required");
+  for (const auto& [name, channels] : fields_) {
+    TORCH_CHECK(channels > 0, "write sample: '", path_, "' field '", name, "' has no channels");
+    row_bytes_ += static_cast<size_t>(channels) * sizeof(float);
+  }
+  seed_ = options_.row_seed != 0 ? options_.row_seed : seed_of_name(path_);
+  place_ = row_places(rows_, seed_);
+  // Buckets of whole chunks, about 1M rows each.
+  bucket_rows_ =
+      options_.bucket_rows > 0
+          ? options_.bucket_rows
+          : std::max<int64_t>(1, (int64_t{1} << 20) / options_.chunk_rows) * options_.chunk_rows;
+  TORCH_CHECK(bucket_rows_ % options_.chunk_rows == 0, "write sample: bucket_rows (", bucket_rows_,
+              ") must be a multiple of chunk_rows (", options_.chunk_rows, ")");
+  const int64_t buckets = (rows_ + bucket_rows_ - 1) / bucket_rows_;
+  const std::string stem = path_ + ".tmp." + std::to_string(getpid()) + ".bucket";
+  for (int64_t b = 0; b < buckets; ++b) {
+    bucket_paths_.push_back(stem + std::to_string(b));
+    std::FILE* f = std::fopen(bucket_paths_.back().c_str(), "w+b");
+    TORCH_CHECK(f != nullptr, "write sample: cannot create '", bucket_paths_.back(),
+                "': ", std::strerror(errno));
+    buckets_.push_back(f);
+  }
+  record_.resize(sizeof(uint32_t) + row_bytes_);
+}
+
+SampleFileStreamWriter::~SampleFileStreamWriter() { close_buckets(); }
+
+void SampleFileStreamWriter::close_buckets() {
+  for (std::FILE* f : buckets_) {
+    if (f != nullptr) std::fclose(f);
+  }
+  buckets_.clear();
+  for (const auto& p : bucket_paths_) std::remove(p.c_str());
+  bucket_paths_.clear();
+}
+
+void SampleFileStreamWriter::append(const std::map<std::string, at::Tensor>& block) {
+  TORCH_CHECK(!buckets_.empty(), "write sample: '", path_, "' appended to after commit");
+  TORCH_CHECK(block.size() == fields_.size(), "write sample: '", path_, "': a block of ",
+              block.size(), " fields; ", fields_.size(), " expected");
+  std::vector<at::Tensor> columns;
+  int64_t n = -1;
+  for (const auto& [name, channels] : fields_) {
+    const auto it = block.find(name);
+    TORCH_CHECK(it != block.end(), "write sample: '", path_, "': the block has no '", name, "'");
+    auto t = it->second.to(torch::kFloat).contiguous();
+    if (n < 0) n = t.size(0);
+    TORCH_CHECK(t.dim() == 2 && t.size(0) == n && t.size(1) == channels, "write sample: '", path_,
+                "' field '", name, "' block has shape ", t.sizes(), "; (", n, ", ", channels,
+                ") expected");
+    const int64_t bad = first_nonfinite_row(t);
+    if (bad >= 0) {
+      TORCH_CHECK(name != "points", "write sample: '", path_, "' point ", written_ + bad,
+                  " has non-finite coordinates");
+      nonfinite_.insert(name);
+    }
+    columns.push_back(t);
+  }
+  TORCH_CHECK(written_ + n <= rows_, "write sample: '", path_, "': more than ", rows_, " rows");
+  const auto sums = columns[static_cast<size_t>(points_field_)].to(torch::kDouble).sum(0);
+  for (int d = 0; d < 3; ++d) sum_[d] += sums[d].item<double>();
+  std::vector<const unsigned char*> src;
+  std::vector<size_t> width;
+  for (size_t f = 0; f < columns.size(); ++f) {
+    src.push_back(static_cast<const unsigned char*>(columns[f].data_ptr()));
+    width.push_back(static_cast<size_t>(fields_[f].second) * sizeof(float));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t place = place_[static_cast<size_t>(written_ + i)];
+    const uint32_t local = static_cast<uint32_t>(place % bucket_rows_);
+    unsigned char* out = record_.data();
+    std::memcpy(out, &local, sizeof(local));
+    out += sizeof(local);
+    for (size_t f = 0; f < src.size(); ++f) {
+      std::memcpy(out, src[f] + static_cast<size_t>(i) * width[f], width[f]);
+      out += width[f];
+    }
+    std::FILE* bucket = buckets_[place / bucket_rows_];
+    TORCH_CHECK(std::fwrite(record_.data(), 1, record_.size(), bucket) == record_.size(),
+                "write sample: writing '", bucket_paths_[place / bucket_rows_],
+                "' failed: ", std::strerror(errno));
+  }
+  written_ += n;
+}
+
+void SampleFileStreamWriter::commit(const std::string& id,
+                                    const std::map<std::string, at::Tensor>& globals) {
+  TORCH_CHECK(!buckets_.empty(), "write sample: '", path_, "' committed twice");
+  TORCH_CHECK(written_ == rows_, "write sample: '", path_, "': ", written_, " rows given of ",
+              rows_);
+  place_ = {};  // the permutation is in the buckets now
+  const int64_t chunks = (rows_ + options_.chunk_rows - 1) / options_.chunk_rows;
+  std::vector<SafetensorsSpec> specs;
+  for (const auto& [name, channels] : fields_)
+    specs.push_back({name, torch::kFloat, {rows_, channels}});
+  std::string global_names;
+  for (const auto& [name, t] : globals) {
+    specs.push_back({name, t.scalar_type(), t.sizes().vec()});
+    global_names += (global_names.empty() ? "" : ",") + name;
+  }
+  for (const auto& [name, channels] : fields_) {
+    specs.push_back({kChecksumPrefix + name, torch::kInt, {chunks}});
+  }
+  const auto n = static_cast<double>(rows_);
+  const auto meta = file_metadata(id, global_names, rows_, options_, seed_,
+                                  mean_of(sum_[0] / n, sum_[1] / n, sum_[2] / n), join(nonfinite_));
+  std::vector<uint64_t> offsets;
+  const std::string head = safetensors_header(specs, meta, &offsets);
+  AtomicFileWriter out(path_);
+  out.write(head.data(), head.size());
+  std::vector<at::Tensor> crcs;
+  for (size_t f = 0; f < fields_.size(); ++f) crcs.push_back(torch::empty({chunks}, torch::kInt));
+  std::vector<unsigned char> records;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const int64_t first = static_cast<int64_t>(b) * bucket_rows_;
+    const int64_t count = std::min(bucket_rows_, rows_ - first);
+    std::FILE* f = buckets_[b];
+    records.resize(static_cast<size_t>(count) * record_.size());
+    TORCH_CHECK(std::fflush(f) == 0 && std::fseek(f, 0, SEEK_SET) == 0 &&
+                    std::fread(records.data(), 1, records.size(), f) == records.size(),
+                "write sample: reading back '", bucket_paths_[b],
+                "' failed: ", std::strerror(errno));
+    // Each field's rows of this bucket, in file order.
+    std::vector<std::vector<unsigned char>> rows(fields_.size());
+    for (size_t k = 0; k < fields_.size(); ++k) {
+      rows[k].resize(static_cast<size_t>(count * fields_[k].second) * sizeof(float));
+    }
+    for (int64_t r = 0; r < count; ++r) {
+      const unsigned char* rec = records.data() + static_cast<size_t>(r) * record_.size();
+      uint32_t local = 0;
+      std::memcpy(&local, rec, sizeof(local));
+      TORCH_CHECK(local < count, "write sample: '", bucket_paths_[b], "' is damaged");
+      rec += sizeof(local);
+      for (size_t k = 0; k < fields_.size(); ++k) {
+        const size_t w = static_cast<size_t>(fields_[k].second) * sizeof(float);
+        std::memcpy(rows[k].data() + local * w, rec, w);
+        rec += w;
+      }
+    }
+    for (size_t k = 0; k < fields_.size(); ++k) {
+      const size_t w = static_cast<size_t>(fields_[k].second) * sizeof(float);
+      for (int64_t r0 = 0; r0 < count; r0 += options_.chunk_rows) {
+        const int64_t r1 = std::min(count, r0 + options_.chunk_rows);
+        crcs[k][(first + r0) / options_.chunk_rows] = static_cast<int32_t>(
+            crc32c(rows[k].data() + static_cast<size_t>(r0) * w, static_cast<size_t>(r1 - r0) * w));
+      }
+      out.write_at(offsets[k] + static_cast<uint64_t>(first) * w, rows[k].data(), rows[k].size());
+    }
+    std::fclose(f);
+    buckets_[b] = nullptr;
+    std::remove(bucket_paths_[b].c_str());
+  }
+  size_t next = fields_.size();
+  for (const auto& [name, t] : globals) {
+    const auto c = t.contiguous();
+    out.write_at(offsets[next++], c.data_ptr(), static_cast<size_t>(c.numel() * c.element_size()));
+  }
+  for (const auto& crc : crcs) {
+    out.write_at(offsets[next++], crc.data_ptr(), static_cast<size_t>(crc.numel()) * 4);
+  }
+  out.commit();
+  close_buckets();
 }
 
 SampleFile::SampleFile(std::string path) : file_(std::move(path)) {

@@ -31,8 +31,11 @@
 #include "core/io/safetensors.h"
 
 #include <cstdint>
+#include <cstdio>
+#include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace slipstream::aero {
@@ -46,12 +49,17 @@ struct SampleWriteOptions {
   bool permute = true;
   uint64_t row_seed = 0;  // 0: derived from the file's name
   int64_t chunk_rows = 16384;
+  // SampleFileStreamWriter: rows per bucket file, a multiple of chunk_rows
+  // (0: about 1M).
+  int64_t bucket_rows = 0;
 };
 
 // A uniform random permutation of [0, n) from `seed`: Fisher-Yates driven by
 // std::mt19937_64 with rejection sampling, so it is the same on every
 // platform and library version.
 std::vector<int64_t> row_permutation(int64_t n, uint64_t seed);
+// Its inverse, 4 bytes a row: places[source row] = file row (n < 2^31).
+std::vector<uint32_t> row_places(int64_t n, uint64_t seed);
 
 // Writes `sample` atomically in the v2 layout. Checks that every point
 // field has one row per point and that the points are finite (an error
@@ -59,6 +67,47 @@ std::vector<int64_t> row_permutation(int64_t n, uint64_t seed);
 // non-finite values.
 void write_sample_file(const std::string& path, const Sample& sample,
                        const SampleWriteOptions& options = {});
+
+// Writes a v2 sample file from rows given in the source's order, a block at
+// a time, in memory that does not grow with the rows beyond 4 bytes a row
+// (each row's place in the permutation, row_places): each block's
+// rows go to bucket files of ~1M permuted places ("<path>.tmp.<pid>.bucketK"),
+// and commit() places each bucket's rows, checksums them and writes them
+// where they belong. The file is byte for byte what write_sample_file writes
+// for the same rows, fields and seed, but for the points' mean, summed
+// block by block. Every point field is float32 (rows, channels), and
+// "points" (3 channels) is one of them. Destroyed without commit(), it leaves no file behind.
+class SampleFileStreamWriter {
+ public:
+  SampleFileStreamWriter(std::string path, int64_t rows,
+                         std::vector<std::pair<std::string, int64_t>> fields,
+                         const SampleWriteOptions& options = {});
+  ~SampleFileStreamWriter();
+  SampleFileStreamWriter(const SampleFileStreamWriter&) = delete;
+  SampleFileStreamWriter& operator=(const SampleFileStreamWriter&) = delete;
+
+  // The next rows of every field (name -> (n, channels)).
+  void append(const std::map<std::string, at::Tensor>& block);
+  int64_t written() const { return written_; }
+  void commit(const std::string& id, const std::map<std::string, at::Tensor>& globals);
+
+ private:
+  void close_buckets();
+
+  std::string path_;
+  int64_t rows_;
+  std::vector<std::pair<std::string, int64_t>> fields_;
+  SampleWriteOptions options_;
+  uint64_t seed_ = 0;
+  size_t row_bytes_ = 0;
+  std::vector<uint32_t> place_;  // source row -> file row
+  int64_t bucket_rows_ = 0, written_ = 0, points_field_ = -1;
+  std::vector<std::string> bucket_paths_;
+  std::vector<std::FILE*> buckets_;
+  std::vector<unsigned char> record_;
+  std::set<std::string> nonfinite_;
+  double sum_[3] = {0, 0, 0};
+};
 
 class SampleFile {
  public:

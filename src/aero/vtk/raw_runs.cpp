@@ -2,13 +2,16 @@
 
 #include "aero/data/dataset.h"
 #include "aero/data/manifest.h"
+#include "aero/data/sample_file.h"
 #include "aero/forces/force_coefficients.h"
 #include "aero/geometry/surface_mesh.h"
 #include "aero/geometry/triangle_mesh.h"
 #include "aero/vtk/vtk_io.h"
+#include "aero/vtk/vtu_stream.h"
 #include "core/io/atomic_file.h"
 #include "core/io/progress.h"
 #include "core/io/safetensors.h"
+#include "core/io/staged_directory.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
@@ -265,6 +268,81 @@ Sample read_raw_run(const std::string& run_dir, const FieldSchema& targets,
   return s;
 }
 
+int64_t stream_raw_run(const std::string& run_dir, const std::string& out_path,
+                       const FieldSchema& targets,
+                       const std::map<std::string, std::string>& vtu_names, int64_t limit_points,
+                       std::string* why_not, int64_t block_rows,
+                       const SampleWriteOptions& write_options,
+                       const std::function<void(double)>& progress) {
+  TORCH_CHECK(fs::is_directory(run_dir), "prepare: run directory '", run_dir, "' does not exist");
+  TORCH_CHECK(block_rows > 0, "prepare: block_rows must be positive");
+  const VtuStream vtu(volume_pieces(run_dir));
+  const auto fields = file_field_names(targets, vtu_names, drivaerml_field_names());
+  std::string why = vtu.why_unsupported();
+  for (const auto& [target, field] : fields) {
+    if (why.empty() && vtu.is_cell_array(field) && !vtu.has_point_array(field)) {
+      why = "field '" + field + "' is cell data (moved to the points by VTK's reader)";
+    }
+  }
+  if (!why.empty()) {
+    if (why_not != nullptr) *why_not = why;
+    return -1;
+  }
+  const std::string& what = vtu.what();
+  for (const auto& f : targets.fields()) {
+    const auto& field = fields.at(f.name);
+    TORCH_CHECK(vtu.has_point_array(field), "prepare: '", what, "' has no field '", field, "'");
+    TORCH_CHECK(vtu.components(field) == f.channels(), "prepare: '", what, "' field '", field,
+                "' has ", vtu.components(field), " components; target '", f.name, "' is a ",
+                to_string(f.type), " and needs ", f.channels());
+  }
+  Sample globals;
+  put_run_references(globals, run_dir, /*drivaerml_default=*/false, nullptr);
+  TORCH_CHECK(globals.has_global("U_inf") && globals.global("U_inf").numel() == 3, "prepare: '",
+              run_dir, "' gives no U_inf of 3 values");
+  const SignedDistance sdf(read_stl(only_file_with(run_dir, ".stl")));
+
+  const int64_t n = vtu.points();
+  const auto kept = limited_rows(n, limit_points);  // sorted; undefined: every row
+  const int64_t rows = kept.defined() ? kept.size(0) : n;
+  TORCH_CHECK(rows > 0, "prepare: '", what, "' has no points");
+  std::vector<std::pair<std::string, int64_t>> columns = {
+      {"points", 3}, {"sdf", 1}, {"sdf_normals", 3}};
+  for (const auto& f : targets.fields()) columns.emplace_back(f.name, f.channels());
+  SampleFileStreamWriter writer(out_path, rows, columns, write_options);
+  std::map<std::string, std::unique_ptr<VtuStream::Cursor>> cursors;
+  cursors["points"] = vtu.cursor("points");
+  for (const auto& f : targets.fields()) cursors[f.name] = vtu.cursor(fields.at(f.name));
+  int64_t next_kept = 0;
+  for (int64_t first = 0; first < n; first += block_rows) {
+    const int64_t count = std::min(block_rows, n - first);
+    std::map<std::string, torch::Tensor> block;
+    for (auto& [name, cursor] : cursors) block[name] = cursor->next(count);
+    if (kept.defined()) {  // the kept rows that fall in this block
+      const int64_t end = std::upper_bound(kept.data_ptr<int64_t>() + next_kept,
+                                           kept.data_ptr<int64_t>() + rows, first + count - 1) -
+                          kept.data_ptr<int64_t>();
+      const auto local = kept.narrow(0, next_kept, end - next_kept) - first;
+      next_kept = end;
+      for (auto& [name, t] : block) t = t.index_select(0, local);
+    }
+    torch::Tensor d, normals;
+    sdf.query(block["points"], d, normals);
+    for (const auto& [name, t] : {std::pair{"sdf", d}, std::pair{"sdf_normals", normals}}) {
+      const auto finite = torch::isfinite(t).all(1);
+      TORCH_CHECK(finite.all().item<bool>(), "prepare: '", what, "': the ", name, " of point ",
+                  first + torch::nonzero(~finite)[0][0].item<int64_t>(),
+                  " is not finite (a degenerate STL?)");
+    }
+    block["sdf"] = d;
+    block["sdf_normals"] = normals;
+    writer.append(block);
+    if (progress) progress(static_cast<double>(first + count) / static_cast<double>(n));
+  }
+  writer.commit(run_dir, globals.global_data);
+  return rows;
+}
+
 void put_targets(Sample& s, const std::map<std::string, torch::Tensor>& file_data,
                  const std::map<std::string, std::string>& file_fields, const FieldSchema& targets,
                  const std::string& what) {
@@ -429,6 +507,38 @@ std::vector<std::string> assign_splits(const std::vector<std::string>& runs,
 
 }  // namespace
 
+// a is b or inside it.
+bool is_under(const fs::path& a, const fs::path& b) {
+  const auto rel = fs::weakly_canonical(a).lexically_relative(fs::weakly_canonical(b));
+  return !rel.empty() && *rel.begin() != "..";
+}
+
+// --out must not hold --in or lie inside one of its runs, and must be new,
+// empty or a dataset an earlier prepare wrote (it is replaced whole).
+void check_prepare_output(const std::string& in_dir, const std::string& out_dir,
+                          const std::vector<std::string>& runs) {
+  TORCH_CHECK(!is_under(in_dir, out_dir), "prepare: --out '", out_dir, "' holds --in '", in_dir,
+              "' and would replace it; write the prepared dataset elsewhere");
+  for (const auto& run : runs) {
+    TORCH_CHECK(!is_under(out_dir, run), "prepare: --out '", out_dir, "' is inside the run '", run,
+                "'; write the prepared dataset elsewhere");
+  }
+  const fs::path out = fs::weakly_canonical(out_dir);
+  if (!fs::exists(out)) return;
+  TORCH_CHECK(fs::is_directory(out), "prepare: --out '", out_dir, "' is a file, not a directory");
+  if (fs::is_empty(out)) return;
+  const std::string manifest = (out / "manifest.json").string();
+  bool ours = false;
+  if (fs::is_regular_file(manifest)) {
+    const auto j = nlohmann::json::parse(std::ifstream(manifest), nullptr, false);
+    ours = j.is_object() && j.contains("format") && j["format"].is_string() &&
+           is_sample_format(j["format"].get<std::string>());
+  }
+  TORCH_CHECK(ours, "prepare: --out '", out_dir,
+              "' holds files that are not a dataset prepare wrote (no manifest.json of format ",
+              kSampleFormat, "); it would be replaced whole, so give a new or empty directory");
+}
+
 PrepareReport prepare_runs(const std::string& in_dir, const std::string& out_dir,
                            const PrepareOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -446,7 +556,15 @@ PrepareReport prepare_runs(const std::string& in_dir, const std::string& out_dir
     if (one.filename().empty()) one = one.parent_path();
     runs.push_back(one.string());
   } else {
+    // Not --out itself, when it is in --in, nor its staging directories.
+    const std::string out_name = fs::weakly_canonical(out_dir).filename().string();
+    const auto is_output = [&](const fs::path& p) {
+      const std::string name = p.filename().string();
+      return fs::weakly_canonical(p).parent_path() == fs::weakly_canonical(out_dir).parent_path() &&
+             (name == out_name || name.rfind(out_name + ".", 0) == 0);
+    };
     for (const auto& e : fs::directory_iterator(in_dir)) {
+      if (is_output(e.path())) continue;
       if (e.is_directory() && (!openfoam || is_openfoam_case(e.path().string()))) {
         runs.push_back(e.path().string());
       }
@@ -457,9 +575,13 @@ PrepareReport prepare_runs(const std::string& in_dir, const std::string& out_dir
   });
   TORCH_CHECK(!runs.empty(), "prepare: '", in_dir, "' holds no ",
               openfoam ? "OpenFOAM case (a directory with system/controlDict)" : "run directories");
+  check_prepare_output(in_dir, out_dir, runs);
   PrepareReport report;
   const std::vector<std::string> split = assign_splits(runs, o, &report.warnings);
-  fs::create_directories(out_dir);
+  // Written into a staging directory and swapped in whole at the end: a
+  // failure leaves an earlier dataset in --out as it was.
+  StagedDirectory staged(out_dir);
+  const std::string& stage = staged.staging();
   nlohmann::json manifest;
   manifest["format"] = kSampleFormat;
   manifest["source"] = fs::absolute(in_dir).string();
@@ -471,27 +593,44 @@ PrepareReport prepare_runs(const std::string& in_dir, const std::string& out_dir
   for (size_t i = 0; i < runs.size(); ++i) {
     if (split[i].empty()) continue;
     const auto& run = runs[i];
-    Sample s =
-        openfoam
-            ? read_openfoam_case(run, o.kind, o.targets, o.vtu_names, o.openfoam, &report.warnings)
-        : o.kind == "surface"
-            ? read_raw_surface_run(run, o.targets, o.vtu_names, &report.warnings, o.limit_points)
-            : read_raw_run(run, o.targets, o.vtu_names, o.limit_points);
     const std::string name = fs::path(run).filename().string() + ".safetensors";
-    write_sample_file(out_dir + "/" + name, s);
+    // A volume streams from its .vtu a block at a time where the file allows.
+    int64_t points = -1;
+    if (!openfoam && o.kind == "volume" && o.stream_block_rows > 0) {
+      std::string why;
+      const double done = static_cast<double>(report.runs);
+      points = stream_raw_run(run, stage + "/" + name, o.targets, o.vtu_names, o.limit_points, &why,
+                              o.stream_block_rows, {},
+                              [&](double f) { progress.update((done + 0.95 * f) / n_prepared); });
+      if (points < 0) {
+        warn(&report.warnings,
+             "'" + run + "' is read whole (its memory grows with its size): " + why);
+      }
+    }
+    if (points < 0) {
+      const Sample s =
+          openfoam ? read_openfoam_case(run, o.kind, o.targets, o.vtu_names, o.openfoam,
+                                        &report.warnings)
+          : o.kind == "surface"
+              ? read_raw_surface_run(run, o.targets, o.vtu_names, &report.warnings, o.limit_points)
+              : read_raw_run(run, o.targets, o.vtu_names, o.limit_points);
+      write_sample_file(stage + "/" + name, s);
+      points = s.num_points();
+    }
     if (!manifest.contains(split[i])) manifest[split[i]] = nlohmann::json::array();
     manifest[split[i]].push_back(name);
     if (split[i] == "train") report.train += 1;
     if (split[i] == "val") report.val += 1;
     if (split[i] == "test") report.test += 1;
-    report.points += s.num_points();
+    report.points += points;
     report.runs += 1;
     progress.update(static_cast<double>(report.runs) / static_cast<double>(n_prepared));
   }
   TORCH_CHECK(report.train > 0,
               "prepare: no run is left for train; lower --val-fraction / --test-fraction, or name "
               "train runs in --splits");
-  write_file_atomically(out_dir + "/manifest.json", manifest.dump(2) + "\n");
+  write_file_atomically(stage + "/manifest.json", manifest.dump(2) + "\n");
+  staged.commit();
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return report;
 }

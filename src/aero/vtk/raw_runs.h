@@ -17,11 +17,13 @@
 #pragma once
 
 #include "aero/data/sample.h"
+#include "aero/data/sample_file.h"
 #include "aero/data/synthetic.h"
 #include "aero/fields/field_schema.h"
 #include "aero/vtk/openfoam_case.h"
 #include "aero/vtk/vtk_io.h"
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -44,6 +46,20 @@ std::map<std::string, std::string> file_field_names(
 // the SDF is computed: a quick look at a large run.
 Sample read_raw_run(const std::string& run_dir, const FieldSchema& targets,
                     const std::map<std::string, std::string>& vtu_names, int64_t limit_points = 0);
+
+// read_raw_run's sample written straight to `out_path` (a v2 sample file)
+// while the .vtu is read `block_rows` rows at a time (vtu_stream.h): memory
+// set by the block and the STL, not by the volume (plus 4 bytes a point for
+// the rows' permutation). Returns the points written, or -1 with the reason
+// in `why_not` when the .vtu cannot be streamed (then read_raw_run reads it
+// whole). The same rows, SDF and targets as read_raw_run. `progress`, if
+// given, hears the fraction of the volume read so far.
+int64_t stream_raw_run(const std::string& run_dir, const std::string& out_path,
+                       const FieldSchema& targets,
+                       const std::map<std::string, std::string>& vtu_names, int64_t limit_points,
+                       std::string* why_not, int64_t block_rows = 1 << 18,
+                       const SampleWriteOptions& write_options = {},
+                       const std::function<void(double)>& progress = {});
 
 // A surface run (DrivAerML's layout):
 //   <run>/*.vtp              the surface with cell data (pMeanTrim,
@@ -95,6 +111,9 @@ struct PrepareOptions {
   // that none names are skipped with a warning, and the fractions are not
   // used. Empty: by the fractions, runs in natural order (run_2 < run_10).
   int64_t limit_points = 0;  // > 0: keep that many points (cells) per run, a quick look
+  // Volumes stream from the .vtu this many rows at a time (stream_raw_run);
+  // 0 reads each whole.
+  int64_t stream_block_rows = 1 << 18;
   std::string splits_manifest;
   // "vtk" (DrivAerML's layout, above) or "openfoam": each run directory (or
   // --in itself) an OpenFOAM case, read with `openfoam` (openfoam_case.h).

@@ -35,6 +35,20 @@ void AtomicFileWriter::write(const void* data, size_t size) {
   if (size > 0 && std::fwrite(data, 1, size, file_) != size) fail("writing", errno);
 }
 
+void AtomicFileWriter::write_at(uint64_t offset, const void* data, size_t size) {
+  TORCH_CHECK(file_ != nullptr, "writing '", path_, "' after it was committed");
+  if (std::fflush(file_) != 0) fail("writing", errno);
+  const auto* p = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t n = pwrite(fileno(file_), p, size, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("writing", n < 0 ? errno : EIO);
+    p += n;
+    offset += static_cast<uint64_t>(n);
+    size -= static_cast<size_t>(n);
+  }
+}
+
 void AtomicFileWriter::commit() {
   TORCH_CHECK(file_ != nullptr, "'", path_, "' was committed twice");
   if (std::fflush(file_) != 0 || fsync(fileno(file_)) != 0) fail("flushing", errno);

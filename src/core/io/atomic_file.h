@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
@@ -22,6 +23,10 @@ class AtomicFileWriter {
   AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
 
   void write(const void* data, size_t size);
+  // Writes at a byte offset of the file (a later part may come first; the
+  // file is as long as its furthest write). Sequential write()s continue
+  // from where they left off.
+  void write_at(uint64_t offset, const void* data, size_t size);
   void commit();
   const std::string& path() const { return path_; }
 

@@ -170,9 +170,9 @@ SafetensorsFile read_safetensors(const std::string& path) {
   return out;
 }
 
-void write_safetensors(const std::string& path,
-                       const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+std::string safetensors_header(const std::vector<SafetensorsSpec>& specs,
+                               const std::map<std::string, std::string>& metadata,
+                               std::vector<uint64_t>* offsets) {
   nlohmann::ordered_json header;
   if (!metadata.empty()) {
     nlohmann::ordered_json meta;
@@ -180,19 +180,39 @@ void write_safetensors(const std::string& path,
     header["__metadata__"] = meta;
   }
   uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    const uint64_t n = t.numel() * t.element_size();
-    header[name] = {{"dtype", dtype_name(t.scalar_type())},
-                    {"shape", t.sizes().vec()},
-                    {"data_offsets", {offset, offset + n}}};
+  std::vector<uint64_t> starts;
+  starts.reserve(specs.size());
+  for (const auto& spec : specs) {
+    uint64_t n = c10::elementSize(spec.dtype);
+    for (int64_t d : spec.shape) n *= static_cast<uint64_t>(d);
+    header[spec.name] = {{"dtype", dtype_name(spec.dtype)},
+                         {"shape", spec.shape},
+                         {"data_offsets", {offset, offset + n}}};
+    starts.push_back(offset);
     offset += n;
   }
   std::string head = header.dump();
   while ((8 + head.size()) % 8 != 0) head.push_back(' ');  // align the data
+  const uint64_t len = head.size();
+  std::string out(8, '\0');
+  std::memcpy(out.data(), &len, 8);
+  out += head;
+  if (offsets != nullptr) {
+    offsets->clear();
+    for (uint64_t o : starts) offsets->push_back(out.size() + o);
+  }
+  return out;
+}
+
+void write_safetensors(const std::string& path,
+                       const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  std::vector<SafetensorsSpec> specs;
+  specs.reserve(tensors.size());
+  for (const auto& [name, t] : tensors) specs.push_back({name, t.scalar_type(), t.sizes().vec()});
+  const std::string head = safetensors_header(specs, metadata);
   // Streamed tensor by tensor: no second copy of the file in memory.
   AtomicFileWriter out(path);
-  const uint64_t len = head.size();
-  out.write(&len, 8);
   out.write(head.data(), head.size());
   for (const auto& [name, t] : tensors) {
     const at::Tensor c = t.detach().to(at::kCPU).contiguous();

@@ -53,6 +53,19 @@ struct SafetensorsIndex {
 };
 SafetensorsIndex read_safetensors_index(const RandomAccessFile& file);
 
+// The bytes before the data of a file holding tensors of these names, types
+// and shapes, in this order (length, JSON, padding); `offsets`, if given,
+// receives each tensor's absolute byte offset. For writers that place the
+// data themselves (AtomicFileWriter::write_at).
+struct SafetensorsSpec {
+  std::string name;
+  at::ScalarType dtype;
+  std::vector<int64_t> shape;
+};
+std::string safetensors_header(const std::vector<SafetensorsSpec>& specs,
+                               const std::map<std::string, std::string>& metadata,
+                               std::vector<uint64_t>* offsets = nullptr);
+
 void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});

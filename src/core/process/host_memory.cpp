@@ -1,5 +1,7 @@
 #include "core/process/host_memory.h"
 
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -16,6 +18,12 @@ uint64_t available_host_memory() {
     return kib * 1024;
   }
   return 0;
+}
+
+uint64_t peak_rss_bytes() {
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return static_cast<uint64_t>(usage.ru_maxrss) * 1024;  // KiB on Linux
 }
 
 std::string format_gib(double bytes) {

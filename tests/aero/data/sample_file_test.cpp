@@ -7,6 +7,7 @@
 #include "aero/data/dataset_source.h"
 #include "aero/data/loader.h"
 #include "core/io/safetensors.h"
+#include "support/files.h"
 #include "support/recipe_support.h"
 #include "support/test_support.h"
 
@@ -15,6 +16,8 @@
 
 #include <cmath>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <numeric>
 #include <set>
 
@@ -58,6 +61,15 @@ TEST(SampleFileTest, RowPermutationIsAPermutationFixedByItsSeedOnEveryPlatform) 
   // values hold with any compiler and library (a file written on one
   // machine is read the same on another).
   EXPECT_EQ(row_permutation(8, 1), (std::vector<int64_t>{4, 6, 3, 5, 1, 7, 2, 0}));
+}
+
+TEST(SampleFileTest, RowPlacesAreTheInversePermutation) {
+  for (const int64_t n : {int64_t{1}, int64_t{2}, int64_t{1000}, int64_t{65537}}) {
+    const auto perm = row_permutation(n, 11);
+    const auto places = row_places(n, 11);
+    ASSERT_EQ(places.size(), perm.size());
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(places[perm[i]], i) << "n " << n << " row " << i;
+  }
 }
 
 TEST(SampleFileTest, ABlockIsTheRowsOfThePermutationAndWrapsPastTheEnd) {
@@ -208,6 +220,77 @@ TEST(SampleFileTest, NonFiniteValuesAreFoundWhenWrittenAndRefusedForPointsAndInp
   EXPECT_NE(refused.find(dir.file("b.safetensors")), std::string::npos) << refused;
   EXPECT_NE(refused.find("point 3 has non-finite coordinates"), std::string::npos) << refused;
   EXPECT_FALSE(std::filesystem::exists(dir.file("b.safetensors")));
+}
+
+// Streams `s`'s point fields (float, (N, C)) in blocks of the given sizes.
+void stream_write(const std::string& path, const Sample& s, const std::vector<int64_t>& blocks,
+                  const SampleWriteOptions& o) {
+  std::vector<std::pair<std::string, int64_t>> fields;
+  for (const auto& [name, t] : s.point_data) fields.emplace_back(name, t.size(1));
+  std::reverse(fields.begin(), fields.end());  // any order: the file's is by name
+  SampleFileStreamWriter w(path, s.num_points(), fields, o);
+  int64_t at = 0;
+  for (int64_t b : blocks) {
+    std::map<std::string, at::Tensor> block;
+    for (const auto& [name, t] : s.point_data) block[name] = t.narrow(0, at, b);
+    w.append(block);
+    at += b;
+  }
+  w.commit(s.id, s.global_data);
+}
+
+// Rows streamed in blocks, through several bucket files, give the file
+// write_sample_file writes from the whole sample, byte for byte.
+TEST(SampleFileTest, AStreamedFileIsTheWholeWrittenFile) {
+  testing::TempDir dir;
+  Sample s = ramp_sample(1000);
+  s.mesh.clear();  // a volume: no polygons
+  s.point_data["velocity"] = torch::randn({1000, 3});
+  s.point_data["pressure"][5][0] = NAN;  // a masked target: recorded, not refused
+  SampleWriteOptions o;
+  o.chunk_rows = 64;
+  o.bucket_rows = 128;  // 8 buckets
+  write_sample_file(dir.file("whole.safetensors"), s, o);
+  o.row_seed = SampleFile(dir.file("whole.safetensors")).row_seed();
+  stream_write(dir.file("streamed.safetensors"), s, {1, 300, 599, 100}, o);
+  const std::string whole = testing::file_bytes(dir.file("whole.safetensors"));
+  EXPECT_EQ(testing::file_bytes(dir.file("streamed.safetensors")), whole);
+  const SampleFile file(dir.file("streamed.safetensors"));
+  EXPECT_EQ(file.nonfinite(), std::set<std::string>{"pressure"});
+  EXPECT_TRUE(torch::equal(
+      file.read_block(900, 200).point("velocity"),
+      SampleFile(dir.file("whole.safetensors")).read_block(900, 200).point("velocity")));
+  // No bucket or temp file is left behind.
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    (void)e;
+    ++files;
+  }
+  EXPECT_EQ(files, 2u);
+}
+
+TEST(SampleFileTest, AStreamedFileRefusesBadRowsAndLeavesNothingBehind) {
+  testing::TempDir dir;
+  Sample s = ramp_sample(300);
+  s.mesh.clear();
+  s.point_data["points"][200][1] = NAN;
+  SampleWriteOptions o;
+  o.chunk_rows = 16;
+  o.bucket_rows = 32;
+  const std::string path = dir.file("a.safetensors");
+  auto msg = error_message_of([&] { stream_write(path, s, {150, 150}, o); });
+  EXPECT_NE(msg.find(path + "' point 200 has non-finite coordinates"), std::string::npos) << msg;
+  s.point_data["points"][200][1] = 0;
+  msg = error_message_of([&] { stream_write(path, s, {150, 100}, o); });
+  EXPECT_NE(msg.find("250 rows given of 300"), std::string::npos) << msg;
+  msg = error_message_of([&] {
+    SampleFileStreamWriter w(path, 300, {{"points", 3}, {"pressure", 1}}, o);
+    w.append({{"points", torch::zeros({10, 3})}, {"pressure", torch::zeros({10, 2})}});
+  });
+  EXPECT_NE(msg.find("field 'pressure' block has shape [10, 2]; (10, 1) expected"),
+            std::string::npos)
+      << msg;
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
 }
 
 TEST(SampleFileTest, AFileWrittenBeforeTheLayoutIsReadWholeAndSubsampledByTheLoader) {

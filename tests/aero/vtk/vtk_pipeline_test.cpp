@@ -5,12 +5,16 @@
 #include "aero/geometry/triangle_mesh.h"
 #include "aero/vtk/raw_runs.h"
 #include "aero/vtk/vtk_io.h"
+#include "core/io/staged_directory.h"
+#include "support/files.h"
 #include "support/recipe_support.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <torch/torch.h>
+#include <unistd.h>
 #include <vtkCellData.h>
 #include <vtkFloatArray.h>
 #include <vtkNew.h>
@@ -184,16 +188,7 @@ TEST(RawRunTest, AVolumeInNumberedPiecesReadsAsTheWholeFile) {
   const std::string run = dir.file("run_0000");
   const FieldSchema targets = default_volume_fields();
   const Sample whole = read_raw_run(run, targets, {});
-  std::ifstream in(run + "/volume.vtu", std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
-  in.close();
-  const size_t third = bytes.size() / 3;
-  for (int i = 0; i < 3; ++i) {
-    char name[64];
-    std::snprintf(name, sizeof name, "/volume.vtu.%02d.part", i);
-    std::ofstream(run + name, std::ios::binary)
-        << bytes.substr(i * third, i == 2 ? std::string::npos : third);
-  }
+  testing::split_into_parts(run + "/volume.vtu", 3);
   auto msg = error_message_of([&] { read_raw_run(run, targets, {}); });
   EXPECT_NE(msg.find("both a .vtu and pieces"), std::string::npos) << msg;
   fs::remove(run + "/volume.vtu");
@@ -223,6 +218,67 @@ TEST(RawRunTest, AVolumeInNumberedPiecesReadsAsTheWholeFile) {
   fs::remove(run + "/volume.vtu.01.part");
   msg = error_message_of([&] { read_raw_run(run, targets, {}); });
   EXPECT_NE(msg.find("piece 1 of 'volume.vtu' is missing"), std::string::npos) << msg;
+}
+
+// prepare writes a staging directory and swaps it in whole: a prepare that
+// fails leaves the dataset already in --out as it was, one holding the lock
+// keeps a second out, and --out never replaces --in or foreign files.
+TEST(RawRunTest, PrepareReplacesADatasetWholeOrLeavesItAsItWas) {
+  testing::TempDir dir;
+  SyntheticOptions o;
+  o.points_per_sample = 300;
+  write_synthetic_vtk_runs(dir.file("raw"), o, 2);
+  PrepareOptions po;
+  po.val_fraction = 0;
+  const std::string out = dir.file("prepared");
+  ASSERT_EQ(prepare_runs(dir.file("raw"), out, po).runs, 2);
+  const std::string manifest = testing::file_bytes(out + "/manifest.json");
+  const std::string sample = testing::file_bytes(out + "/run_0001.safetensors");
+  // A third run that fails half-way (its STL is not watertight).
+  write_synthetic_vtk_runs(dir.file("more"), o, 3);
+  fs::rename(dir.file("more/run_0002"), dir.file("raw/run_0002"));
+  std::ofstream(dir.file("raw/run_0002/body.stl"), std::ios::trunc) << "solid x\nendsolid x\n";
+  EXPECT_THROW(prepare_runs(dir.file("raw"), out, po), c10::Error);
+  EXPECT_EQ(testing::file_bytes(out + "/manifest.json"), manifest);
+  EXPECT_EQ(testing::file_bytes(out + "/run_0001.safetensors"), sample);
+  size_t entries = 0;
+  for (const auto& e : fs::directory_iterator(dir.path())) {
+    EXPECT_EQ(e.path().filename().string().find("prepared."), std::string::npos)
+        << "left behind: " << e.path();
+    ++entries;
+  }
+  EXPECT_EQ(entries, 3u);  // raw, more, prepared
+  // A live process holding the lock keeps this one out, naming it.
+  remove_tree(dir.file("raw/run_0002"));
+  const pid_t holder = fork();
+  if (holder == 0) {
+    pause();
+    _exit(0);
+  }
+  std::ofstream(out + ".lock") << holder << "\n";
+  const auto msg = error_message_of([&] { prepare_runs(dir.file("raw"), out, po); });
+  kill(holder, SIGKILL);
+  waitpid(holder, nullptr, 0);
+  EXPECT_NE(msg.find("is being written by process " + std::to_string(holder)), std::string::npos)
+      << msg;
+  // Its holder gone, the lock is taken over; the dataset is replaced.
+  EXPECT_EQ(prepare_runs(dir.file("raw"), out, po).runs, 2);
+  EXPECT_FALSE(fs::exists(out + ".lock"));
+  // --out holding --in, or foreign files, is refused before any work.
+  EXPECT_NE(error_message_of([&] {
+              prepare_runs(dir.file("raw"), dir.path(), po);
+            }).find("would replace it"),
+            std::string::npos);
+  fs::create_directories(dir.file("mine"));
+  std::ofstream(dir.file("mine/notes.txt")) << "keep me\n";
+  EXPECT_NE(error_message_of([&] {
+              prepare_runs(dir.file("raw"), dir.file("mine"), po);
+            }).find("not a dataset prepare wrote"),
+            std::string::npos);
+  EXPECT_TRUE(fs::exists(dir.file("mine/notes.txt")));
+  // --out inside --in is fine: it is not taken for a run.
+  EXPECT_EQ(prepare_runs(dir.file("raw"), dir.file("raw/prepared"), po).runs, 2);
+  EXPECT_EQ(prepare_runs(dir.file("raw"), dir.file("raw/prepared"), po).runs, 2);
 }
 
 int sh(const std::string& cmd) {
