@@ -318,11 +318,12 @@ int64_t stream_raw_run(const std::string& run_dir, const std::string& out_path,
     const int64_t count = std::min(block_rows, n - first);
     std::map<std::string, torch::Tensor> block;
     for (auto& [name, cursor] : cursors) block[name] = cursor->next(count);
-    if (kept.defined()) {  // the kept rows that fall in this block
+    torch::Tensor local;  // the kept rows that fall in this block; undefined: all
+    if (kept.defined()) {
       const int64_t end = std::upper_bound(kept.data_ptr<int64_t>() + next_kept,
                                            kept.data_ptr<int64_t>() + rows, first + count - 1) -
                           kept.data_ptr<int64_t>();
-      const auto local = kept.narrow(0, next_kept, end - next_kept) - first;
+      local = kept.narrow(0, next_kept, end - next_kept) - first;
       next_kept = end;
       for (auto& [name, t] : block) t = t.index_select(0, local);
     }
@@ -330,8 +331,10 @@ int64_t stream_raw_run(const std::string& run_dir, const std::string& out_path,
     sdf.query(block["points"], d, normals);
     for (const auto& [name, t] : {std::pair{"sdf", d}, std::pair{"sdf_normals", normals}}) {
       const auto finite = torch::isfinite(t).all(1);
-      TORCH_CHECK(finite.all().item<bool>(), "prepare: '", what, "': the ", name, " of point ",
-                  first + torch::nonzero(~finite)[0][0].item<int64_t>(),
+      if (finite.all().item<bool>()) continue;
+      const int64_t bad = torch::nonzero(~finite)[0][0].item<int64_t>();
+      TORCH_CHECK(false, "prepare: '", what, "': the ", name, " of point ",
+                  first + (local.defined() ? local[bad].item<int64_t>() : bad),
                   " is not finite (a degenerate STL?)");
     }
     block["sdf"] = d;
@@ -507,6 +510,8 @@ std::vector<std::string> assign_splits(const std::vector<std::string>& runs,
 
 }  // namespace
 
+namespace {
+
 // a is b or inside it.
 bool is_under(const fs::path& a, const fs::path& b) {
   const auto rel = fs::weakly_canonical(a).lexically_relative(fs::weakly_canonical(b));
@@ -538,6 +543,8 @@ void check_prepare_output(const std::string& in_dir, const std::string& out_dir,
               "' holds files that are not a dataset prepare wrote (no manifest.json of format ",
               kSampleFormat, "); it would be replaced whole, so give a new or empty directory");
 }
+
+}  // namespace
 
 PrepareReport prepare_runs(const std::string& in_dir, const std::string& out_dir,
                            const PrepareOptions& o) {
