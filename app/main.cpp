@@ -5,9 +5,11 @@
 #include "core/process/exit_error.h"
 
 #include <c10/util/Exception.h>
+#include <torch/version.h>
 #include <CLI/CLI.hpp>
 
 #include <iostream>
+#include <string>
 
 int main(int argc, char** argv) {
   using namespace slipstream;
@@ -24,6 +26,35 @@ int main(int argc, char** argv) {
        {app::add_train, app::add_bench, app::add_bench_data, app::add_info, app::add_make_synthetic,
         app::add_prepare, app::add_infer, app::add_launch, app::add_export}) {
     commands.push_back(add(app, context));
+  }
+  app.set_version_flag("--version", std::string("slipstream ") + SLIPSTREAM_VERSION +
+                                        " (configured at commit " + SLIPSTREAM_COMMIT +
+                                        "), LibTorch " + TORCH_VERSION);
+  // A first word that is no command: name the closest one.
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word == "--config-dir") {
+      ++i;
+      continue;
+    }
+    if (word.rfind('-', 0) == 0) break;
+    std::string names, closest;
+    size_t best = std::string::npos;
+    for (const auto& command : commands) {
+      const std::string& name = command.subcommand->get_name();
+      names += (names.empty() ? "" : ", ") + name;
+      const size_t d = aero::edit_distance(word, name);
+      if (d < best) {
+        best = d;
+        closest = name;
+      }
+      if (name == word) best = 0;
+    }
+    if (best == 0) break;
+    std::cerr << "slipstream: error: '" << word << "' is not a command"
+              << (best <= 3 ? "; did you mean '" + closest + "'?" : "") << " (commands: " << names
+              << "; slipstream --help)\n";
+    return 1;
   }
   CLI11_PARSE(app, argc, argv);
   try {

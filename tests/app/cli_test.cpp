@@ -111,6 +111,23 @@ TEST(CliTest, InfoDescribesAPhysicsNeMoCheckpointAndAnExportedOne) {
   EXPECT_NE(bad.output.find("none.mdlus' does not exist"), std::string::npos) << bad.output;
 }
 
+TEST(CliTest, VersionAndAMistypedCommandSayWhatTheyShould) {
+  auto r = slipstream("--version");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("slipstream 0.", 0), 0u) << r.output;
+  EXPECT_NE(r.output.find("LibTorch "), std::string::npos) << r.output;
+  r = slipstream("tran model=transolver_small");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("'tran' is not a command; did you mean 'train'?"), std::string::npos)
+      << r.output;
+  r = slipstream("--config-dir configs prepar --in x --out y");
+  EXPECT_NE(r.output.find("did you mean 'prepare'?"), std::string::npos) << r.output;
+  r = slipstream("frobnicate");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.output.find("did you mean"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(commands: train, bench"), std::string::npos) << r.output;
+}
+
 TEST(CliTest, ConfigTypoFailsNamingTheKeyBeforeAnyWork) {
   testing::TempDir dir;
   const auto r = slipstream("train output_dir=" + dir.path() + " run_id=x training.nm_epochs=2");

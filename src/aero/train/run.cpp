@@ -429,21 +429,21 @@ TrainedModel trained_from_mdlus(const std::string& path, const Config& config,
 }
 
 TrainedModel load_trained(const std::string& checkpoint, c10::Device device) {
-  TORCH_CHECK(fs::exists(checkpoint), "infer: checkpoint '", checkpoint, "' does not exist");
+  TORCH_CHECK(fs::exists(checkpoint), "checkpoint: '", checkpoint, "' does not exist");
   fs::path ckpt = fs::absolute(checkpoint);
   // A run directory stands for its checkpoints/ (the newest complete one).
   if (fs::is_directory(ckpt) && fs::is_directory(ckpt / "checkpoints")) ckpt /= "checkpoints";
   const fs::path ckpt_dir = fs::is_directory(ckpt) ? ckpt : ckpt.parent_path();
   const std::string config_path = (ckpt_dir.parent_path() / "resolved_config.yaml").string();
-  TORCH_CHECK(fs::is_regular_file(config_path), "infer: no resolved_config.yaml beside '",
+  TORCH_CHECK(fs::is_regular_file(config_path), "checkpoint: no resolved_config.yaml beside '",
               checkpoint, "' (looked for '", config_path, "')");
   const Config config = Config::load_resolved(config_path);
   auto info = load_newest_checkpoint(ckpt.string(), nullptr, nullptr);
-  TORCH_CHECK(info.has_value(), "infer: no complete checkpoint in '", checkpoint, "'");
+  TORCH_CHECK(info.has_value(), "checkpoint: no complete checkpoint in '", checkpoint, "'");
   const auto& meta = info->metadata;
   auto need = [&](const char* key) -> const std::string& {
     auto it = meta.find(key);
-    TORCH_CHECK(it != meta.end(), "infer: checkpoint '", info->path, "' does not record '", key,
+    TORCH_CHECK(it != meta.end(), "checkpoint: '", info->path, "' does not record '", key,
                 "' (written by an older Slipstream; retrain or resume it once to rewrite it)");
     return it->second;
   };
