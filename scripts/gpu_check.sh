@@ -47,10 +47,16 @@
 #              output, or a .tar.xz of it) for AHMED_EPOCHS epochs (scheduler.step_size AHMED_STEP;
 #              AHMED_TIMEOUT s at most, then the checkpoint a SIGTERM leaves), then `infer --split val`:
 #              $OUT/ahmed_<model>.log, _val.jsonl (infer_step records) and _forces.svg
+#   ahmedvar   variants trained side by side on one GPU, then each one's val inference:
+#              AHMED_VARIANTS "label:model:arg,arg,... ..." (e.g. "tf:transolver_surface:loss.forces.weight=0.01"),
+#              on AHMED_SURFACE / AHMED_VOLUME as above, AHMED_EPOCHS / AHMED_STEP / AHMED_TIMEOUT as above;
+#              $OUT/ahmed_<label>.log, _val.jsonl, _forces.svg, and a line per variant in the summary
 #   data       bench-data (DATA_SIZES points per sample, default 1M,10M,50M, none: skip; 200k kept, page
 #              cache dropped before each step), then the volume Transolver trained on
 #              DATA_SAMPLES (default 4) prepared samples of DATA_POINTS (default 20M) points on
 #              disk: each epoch's data-wait share from its summary
+#   prepare    the streamed prepare of a synthetic volume of PREPARE_POINTS (default 10M) points on
+#              every core: wall time, points a second and peak memory (--block-rows default)
 #   multi      2 GPUs: NCCL tests, bench on 1 and 2 GPUs, a 2-rank training
 #   torchrun   2 GPUs through torchrun
 # Usage: bash scripts/gpu_check.sh build test bench
@@ -357,6 +363,45 @@ stage_ahmed() {
   return $rc
 }
 
+stage_ahmedvar() {
+  local v label model args kind data rc=0 pids=() labels=()
+  for v in ${AHMED_VARIANTS:?AHMED_VARIANTS is not set}; do
+    IFS=: read -r label model args <<<"$v"
+    case $model in *surface) kind=surface; data=${AHMED_SURFACE:-} ;; *) kind=volume; data=${AHMED_VOLUME:-} ;; esac
+    data=$(prepared_dir "$data") || { log "ahmedvar: cannot unpack $data"; rc=1; continue; }
+    log "ahmedvar: $label: $model ${args//,/ }, ${AHMED_EPOCHS:-200} epochs"
+    timeout -s TERM "${AHMED_TIMEOUT:-300}" "$BIN" train model="$model" dataset="ahmed_$kind" \
+      dataset.path="$data" training.num_epochs="${AHMED_EPOCHS:-200}" \
+      scheduler.step_size="${AHMED_STEP:-50}" training.save_interval=25 run_id="ahmed_$label" \
+      ${args//,/ } >"$OUT/ahmed_$label.log" 2>&1 &
+    pids+=($!); labels+=("$label")
+  done
+  wait "${pids[@]}"
+  for label in "${labels[@]}"; do
+    grep -vE "^Epoch [0-9]+ \[" "$OUT/ahmed_$label.log" | tail -12 >>"$OUT/summary.txt"
+    "$BIN" infer --checkpoint "runs/ahmed_$label" --split val --out "runs/ahmed_$label/infer_val" \
+      >>"$OUT/ahmed_$label.log" 2>&1 || rc=1
+    cp "runs/ahmed_$label/metrics.jsonl" "$OUT/ahmed_${label}_train.jsonl"
+    cp "runs/ahmed_$label/infer_val/metrics.jsonl" "$OUT/ahmed_${label}_val.jsonl"
+    cp "runs/ahmed_$label/infer_val/forces.svg" "$OUT/ahmed_${label}_forces.svg" 2>/dev/null
+    python3 - "$OUT/ahmed_${label}_val.jsonl" "$label" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+rs = [json.loads(l) for l in open(sys.argv[1])]
+s = next((r for r in rs if r.get("phase") == "infer_summary"), {})
+f = next((r for r in rs if r.get("phase") == "infer_forces_summary"), {})
+m = s.get("metrics", s)
+def g(d, *k):
+    for x in k:
+        d = d.get(x, {}) if isinstance(d, dict) else {}
+    return d if d != {} else None
+print(sys.argv[2], "p_l2", m.get("pressure_l2"), "wss_l2", m.get("wss_l2"),
+      "CD", json.dumps(f.get("CD", f.get("coefficients", {}).get("CD"))),
+      "CL", json.dumps(f.get("CL", f.get("coefficients", {}).get("CL"))))
+PY
+  done
+  return $rc
+}
+
 stage_data() {
   local dir=/tmp/slipstream-data
   mkdir -p "$dir"
@@ -392,6 +437,24 @@ if steps:
     late = steps[len(steps) // 3:]
     d = sum(r["data_time_s"] for r in late); t = sum(r["step_time_s"] for r in late)
     print(f"train steps after the first third: data wait {d:.3f} s of {t:.3f} s ({100*d/t:.2f} %)")
+PY
+}
+
+stage_prepare() {
+  local n=${PREPARE_POINTS:-10000000} dir=/tmp/slipstream-prepare
+  rm -rf "$dir" && mkdir -p "$dir"
+  log "prepare: a synthetic volume of $n points, $(nproc) cores"
+  "$BIN" make-synthetic --format vtk --out "$dir/raw" dataset=synthetic_volume dataset.num_train=1 \
+    dataset.num_val=0 dataset.points_per_sample="$n" >"$OUT/prepare_make.log" 2>&1 || return 1
+  /usr/bin/time -v "$BIN" prepare --in "$dir/raw" --out "$dir/out" --val-fraction 0 \
+    >"$OUT/prepare.log" 2>&1 || { tail -20 "$OUT/prepare.log"; return 1; }
+  grep -E "Elapsed|Maximum resident|User time|System time|peak" "$OUT/prepare.log" | tee -a "$OUT/summary.txt"
+  python3 - "$OUT/prepare.log" "$n" <<'PY' | tee -a "$OUT/summary.txt"
+import re, sys
+t = open(sys.argv[1]).read()
+m = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (?:(\d+):)?(\d+):([\d.]+)", t)
+s = (int(m.group(1) or 0) * 3600 + int(m.group(2)) * 60 + float(m.group(3)))
+print(f"prepare: {int(sys.argv[2]) / s / 1e6:.2f} M points/s over {s:.1f} s")
 PY
 }
 

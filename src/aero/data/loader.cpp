@@ -63,6 +63,14 @@ Batch make_host_batch(const Sample& s, const LoaderOptions& o, uint64_t generato
     point["points"] = point["points"] / l_ref;
     if (point.count("sdf")) point["sdf"] = point["sdf"] / l_ref;
   }
+  if (o.force_loss) {
+    TORCH_CHECK(s.has_point("normals") && s.has_point("area"),
+                "loader: loss.forces needs a "
+                "surface sample (normals and area per cell); sample ",
+                s.id, " has neither");
+    if (!point.count("normals")) point["normals"] = take(s.point("normals"));
+    if (!point.count("area")) point["area"] = take(s.point("area"));
+  }
   if (o.augment) augment(point, global, t, o.fields, gen);
   const FreeStream free_stream = s.free_stream();
   std::vector<torch::Tensor> targets;
@@ -75,6 +83,20 @@ Batch make_host_batch(const Sample& s, const LoaderOptions& o, uint64_t generato
   b.target = torch::cat(targets, 1).unsqueeze(0).contiguous();
   if (!o.weight_field.empty()) {
     b.weights = point.at(o.weight_field).reshape({-1}).unsqueeze(0).contiguous();
+  }
+  if (o.force_loss) {
+    const double a_ref = o.force_loss->reference_area.value_or(s.global_scalar("A_ref", 0.0));
+    TORCH_CHECK(a_ref > 0, "loader: loss.forces: sample '", s.id,
+                "' has no A_ref global; set force_coefficients.reference_area");
+    TORCH_CHECK(global.count("U_inf"), "loader: loss.forces: sample '", s.id, "' has no U_inf");
+    const auto u = global.at("U_inf").to(torch::kDouble).reshape({3});
+    const Vec3 flow{u[0].item<double>(), u[1].item<double>(), u[2].item<double>()};
+    const int64_t kept = point.at("area").size(0);
+    b.force_weights =
+        force_loss_weights(point.at("normals"), point.at("area"), o.fields, free_stream, flow,
+                           a_ref, static_cast<double>(n) / static_cast<double>(kept), *o.force_loss)
+            .unsqueeze(0)
+            .contiguous();
   }
   if (o.domain_size > 1) {
     // This rank's shard of every per-point tensor (B, N, .); a global
@@ -94,6 +116,7 @@ Batch make_host_batch(const Sample& s, const LoaderOptions& o, uint64_t generato
     }
     b.target = narrow(b.target);
     if (b.weights.defined()) b.weights = narrow(b.weights);
+    if (b.force_weights.defined()) b.force_weights = narrow(b.force_weights);
   }
   return b;
 }
@@ -169,6 +192,7 @@ PrefetchLoader::Item PrefetchLoader::prepare(size_t position,
       }
       item.batch.target = to_device(host.target);
       item.batch.weights = to_device(host.weights);
+      item.batch.force_weights = to_device(host.force_weights);
       item.batch.sample_index = host.sample_index;
       item.batch.sample_id = host.sample_id;
       c10::Event ready(device.type());

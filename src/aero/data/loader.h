@@ -10,13 +10,15 @@
 // Batch layout (batch size 1): inputs by name, each (1, N, C) or (1, 1, C)
 // as the InputSpec builds them; target (1, N, C) = the schema's fields in
 // channel order, in the model's space (non-dimensional, normalised);
-// weights (1, N) = the cell volumes or areas when asked for, else undefined.
+// weights (1, N) = the cell volumes or areas when asked for, else undefined;
+// force_weights (1, N, C, K) with loss.forces (force_loss.h), else undefined.
 #pragma once
 
 #include "aero/data/dataset.h"
 #include "aero/data/input_spec.h"
 #include "aero/data/transforms.h"
 #include "aero/fields/field_schema.h"
+#include "aero/forces/force_loss.h"
 
 #include <c10/core/Device.h>
 #include <c10/core/Event.h>
@@ -55,11 +57,15 @@ struct LoaderOptions {
   // Inputs every rank keeps whole under domain parallelism
   // (Model::whole_point_inputs: a neighbour search among all points).
   std::set<std::string> whole_inputs;
+  // loss.forces: each batch carries the weights that map its prediction's
+  // error to coefficient errors (force_loss.h). Unset: none.
+  std::optional<ForceLossFrame> force_loss;
 };
 
 struct Batch {
   std::map<std::string, torch::Tensor> inputs;
   torch::Tensor target, weights;
+  torch::Tensor force_weights;  // (1, N, C, K) with loss.forces, else undefined
   size_t sample_index = 0;
   std::string sample_id;
 };

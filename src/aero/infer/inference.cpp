@@ -10,20 +10,6 @@
 
 namespace slipstream::aero {
 
-ForceFields force_fields(const FieldSchema& fields) {
-  ForceFields out;
-  for (size_t i = 0; i < fields.size(); ++i) {
-    const auto& f = fields.fields()[i];
-    if (f.nondim == Nondim::kPressure && f.type == FieldType::kScalar && out.pressure < 0) {
-      out.pressure = static_cast<int>(i);
-    }
-    if (f.nondim == Nondim::kStress && f.type == FieldType::kVector && out.wss < 0) {
-      out.wss = static_cast<int>(i);
-    }
-  }
-  return out;
-}
-
 std::map<std::string, double> surface_forces(const Sample& s, const torch::Tensor& physical,
                                              const FieldSchema& fields,
                                              const ForceSettings& settings) {

@@ -14,6 +14,7 @@
 
 #include "aero/data/sample_envelope.h"
 #include "aero/forces/force_coefficients.h"
+#include "aero/forces/force_loss.h"
 #include "aero/train/run.h"
 
 #include <nlohmann/json.hpp>
@@ -23,14 +24,6 @@
 #include <vector>
 
 namespace slipstream::aero {
-
-// The targets forces are integrated from: the scalar whose nondim is
-// pressure (Cp) and the vector whose nondim is stress (Cf); -1 when absent.
-struct ForceFields {
-  int pressure = -1, wss = -1;
-  bool available() const { return pressure >= 0 && wss >= 0; }
-};
-ForceFields force_fields(const FieldSchema& fields);
 
 // CD ... CMY of `sample` (a surface: points, normals, area) with the fields
 // given in physical units as (N, C) in the schema's channel order. Throws

@@ -62,11 +62,21 @@ LossCalculator::LossCalculator(LossOptions options)
     TORCH_CHECK(m == "l1" || m == "l2" || m == "mae", "loss: metric '", m,
                 "' is not one of l1, l2, mae");
   }
+  check_force_loss(options_.forces);
+  if (options_.forces.enabled()) {
+    TORCH_CHECK(force_fields(options_.fields).available(),
+                "config: 'loss.forces' needs a pressure target (nondim pressure) and a wall shear "
+                "target (nondim stress), as a surface dataset has");
+    TORCH_CHECK(!options_.mask_nonfinite,
+                "config: 'loss.forces' and 'loss.mask_nonfinite' do not go together: a force "
+                "integral over a surface with missing values is not the surface's force");
+  }
 }
 
 std::vector<std::string> LossCalculator::keys() const {
   std::vector<std::string> keys{"loss"};
   for (const auto& f : options_.fields.fields()) keys.push_back("loss/" + f.name);
+  if (options_.forces.enabled()) keys.push_back("loss/forces");
   for (const auto& f : options_.fields.fields()) {
     for (const auto& m : options_.metrics) {
       if (f.channels() == 3) {
@@ -75,12 +85,15 @@ std::vector<std::string> LossCalculator::keys() const {
       keys.push_back(f.name + "_" + m);
     }
   }
+  if (options_.forces.enabled()) {
+    for (const auto& c : options_.forces.coefficients) keys.push_back(c + "_error");
+  }
   return keys;
 }
 
 LossResult LossCalculator::compute(const torch::Tensor& prediction_in,
-                                   const torch::Tensor& target_in,
-                                   const torch::Tensor& weights_in) const {
+                                   const torch::Tensor& target_in, const torch::Tensor& weights_in,
+                                   const torch::Tensor& force_weights) const {
   TORCH_CHECK(prediction_in.sizes() == target_in.sizes(), "loss: prediction shape ",
               prediction_in.sizes(), " differs from target shape ", target_in.sizes());
   TORCH_CHECK(prediction_in.size(-1) == channels_, "loss: expected ", channels_, " channels, got ",
@@ -145,10 +158,27 @@ LossResult LossCalculator::compute(const torch::Tensor& prediction_in,
     c0 += f.channels();
   }
   out.total = total / static_cast<double>(channels_);
+  // The coefficient errors (B, K): each sample's sum over its points.
+  torch::Tensor force_loss, coefficient_error;
+  if (options_.forces.enabled()) {
+    const int64_t k = static_cast<int64_t>(options_.forces.coefficients.size());
+    TORCH_CHECK(force_weights.defined(),
+                "loss: loss.forces is on but the batch has no force weights");
+    const int64_t b = prediction_in.dim() == 3 ? prediction_in.size(0) : 1;
+    const auto fw = force_weights.reshape({b, -1, channels_, k}).to(torch::kFloat);
+    TORCH_CHECK(fw.size(1) * b == p.size(0), "loss: force weights for ", fw.size(1) * b,
+                " points, the prediction has ", p.size(0));
+    coefficient_error = domain_sum(torch::einsum("bnc,bnck->bk", {d.view({b, -1, channels_}), fw}),
+                                   options_.domain_group);
+    force_loss =
+        (coefficient_error / options_.forces.scale).square().sum(1).mean() * options_.forces.weight;
+    out.total = out.total + force_loss;
+  }
   out.scalars.add("loss", out.total.detach());
   for (size_t i = 0; i < field_losses.size(); ++i) {
     out.scalars.add("loss/" + options_.fields.fields()[i].name, field_losses[i].detach());
   }
+  if (force_loss.defined()) out.scalars.add("loss/forces", force_loss.detach());
   // Metrics: every key's numerator and denominator are sums of per-channel
   // rows, so two matrix-vector products give them all (a handful of kernels
   // instead of several per metric); l2 takes a square root.
@@ -163,6 +193,13 @@ LossResult LossCalculator::compute(const torch::Tensor& prediction_in,
       out.scalars.add_counted(sel.keys[j], metrics.select(0, j), metric_counts.select(0, j));
     } else {
       out.scalars.add(sel.keys[j], metrics.select(0, j));
+    }
+  }
+  if (coefficient_error.defined()) {
+    const auto mean_abs = coefficient_error.detach().abs().mean(0);
+    for (size_t j = 0; j < options_.forces.coefficients.size(); ++j) {
+      out.scalars.add(options_.forces.coefficients[j] + "_error",
+                      mean_abs.select(0, static_cast<int64_t>(j)));
     }
   }
   return out;

@@ -10,9 +10,14 @@
 // Optional per-point weights (cell area or volume) weight every sum. With
 // mask_nonfinite, targets that are NaN or Inf are left out of every sum, and
 // each metric carries its count of finite targets into the readback.
+// With loss.forces on (force_loss.h), the batch's force weights turn the
+// prediction's error into each sample's coefficient errors dC_k: the total
+// adds weight * mean_b sum_k (dC_k / scale)^2, logged as loss/forces, and
+// <coefficient>_error is mean_b |dC_k| (e.g. CD_error).
 #pragma once
 
 #include "aero/fields/field_schema.h"
+#include "aero/forces/force_loss.h"
 #include "core/distributed/communicator.h"
 #include "core/readback/step_scalars.h"
 
@@ -30,6 +35,7 @@ struct LossOptions {
   bool mask_nonfinite = false;
   FieldSchema fields = default_volume_fields();  // channels and loss weights
   std::vector<std::string> metrics = {"l1", "l2", "mae"};
+  ForceLossOptions forces;  // off unless forces.weight > 0
   // Domain parallelism: each rank holds a shard of the sample's points; the
   // per-channel sums (and finite counts) are summed over this group
   // (domain_sum, so their gradients are too) before any ratio, and every
@@ -46,9 +52,12 @@ struct LossResult {
 class LossCalculator {
  public:
   explicit LossCalculator(LossOptions options);
-  // prediction, target: (B, N, C) or (N, C); weights: (B, N), (N) or undefined.
+  // prediction, target: (B, N, C) or (N, C); weights: (B, N), (N) or
+  // undefined; force_weights: (B, N, C, K) or (N, C, K), needed when
+  // forces are on (and ignored when off).
   LossResult compute(const torch::Tensor& prediction, const torch::Tensor& target,
-                     const torch::Tensor& weights = {}) const;
+                     const torch::Tensor& weights = {},
+                     const torch::Tensor& force_weights = {}) const;
   const LossOptions& options() const { return options_; }
   // The keys compute() reports, in order.
   std::vector<std::string> keys() const;

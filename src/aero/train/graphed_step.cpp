@@ -34,6 +34,7 @@ std::string signature_of(const Batch& b) {
   for (const auto& [name, t] : b.inputs) describe(name, t);
   describe("<target>", b.target);
   describe("<weights>", b.weights);
+  describe("<force_weights>", b.force_weights);
   return out.str();
 }
 
@@ -42,6 +43,7 @@ std::vector<std::pair<std::string, torch::Tensor>> tensors_of(const Batch& b) {
   std::vector<std::pair<std::string, torch::Tensor>> out(b.inputs.begin(), b.inputs.end());
   out.emplace_back("<target>", b.target);
   out.emplace_back("<weights>", b.weights);
+  out.emplace_back("<force_weights>", b.force_weights);
   return out;
 }
 
@@ -80,6 +82,7 @@ LossResult GraphedStep::run(const Batch& batch, const Body& body) {
     for (const auto& [name, t] : batch.inputs) buffers_.inputs.emplace(name, buffer_of(t));
     buffers_.target = buffer_of(batch.target);
     buffers_.weights = buffer_of(batch.weights);
+    buffers_.force_weights = buffer_of(batch.force_weights);
     graph_.capture(device_, [&] {
       result_ = body(buffers_);
       result_.total = result_.total.detach();

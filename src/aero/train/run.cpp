@@ -72,6 +72,10 @@ SampleCheck sample_check(const RunSpec& spec, const SampleLayout& layout) {
   if (!spec.settings.weight_field.empty()) {
     check.required.point_channels[spec.settings.weight_field] = 1;
   }
+  if (spec.settings.force_loss.enabled()) {
+    check.required.point_channels["normals"] = 3;
+    check.required.point_channels["area"] = 1;
+  }
   check.required.global_sizes["U_inf"] = 3;
   check.targets = spec.fields.names();
   check.allow_nonfinite_targets = spec.settings.mask_nonfinite;
@@ -241,6 +245,15 @@ LoaderOptions loader_options(const RunSpec& spec, c10::Device device) {
   o.inputs = spec.inputs;
   o.weight_field = spec.settings.weight_field;
   o.transforms = spec.settings.transforms;
+  if (spec.settings.force_loss.enabled()) {
+    const auto& f = spec.settings.forces;
+    ForceLossFrame frame;
+    frame.coefficients = spec.settings.force_loss.coefficients;
+    frame.shear = f.shear.value_or(ShearConvention::kWallOnFluid);
+    frame.up_direction = f.up_direction;
+    frame.reference_area = f.reference_area;
+    o.force_loss = frame;
+  }
   return o;
 }
 
@@ -351,6 +364,7 @@ std::unique_ptr<Run> build_run(const Config& config, const DistributedEnv& env) 
   lo.mask_nonfinite = s.mask_nonfinite;
   lo.fields = run->spec.fields;
   lo.metrics = s.metrics;
+  lo.forces = s.force_loss;
   lo.domain_group = run->domain_group;
   run->loss = std::make_unique<LossCalculator>(lo);
   return run;
@@ -473,6 +487,7 @@ torch::Tensor TrainedModel::predict(const Sample& sample, int64_t chunk) const {
   lo.fields = fields;
   lo.sampling_resolution = 0;  // every point, transforms applied
   lo.weight_field.clear();
+  lo.force_loss.reset();
   Communicator* group =
       domain_group != nullptr && domain_group->world_size() > 1 ? domain_group : nullptr;
   TORCH_CHECK(group == nullptr || model->exact_in_chunks(), "infer: ", model->class_name(),

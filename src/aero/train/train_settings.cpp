@@ -249,6 +249,12 @@ TrainSettings resolve_settings(const Config& c) {
   const auto weighting = c.get<std::string>("loss.weighting");
   check_one_of("loss.weighting", weighting, {"none", "volume", "area"});
   s.weight_field = weighting == "none" ? "" : weighting;
+  if (c.has("loss.forces") && !c.is_null("loss.forces")) {
+    s.force_loss.weight = c.get<double>("loss.forces.weight");
+    s.force_loss.scale = c.get<double>("loss.forces.scale");
+    s.force_loss.coefficients = c.get<std::vector<std::string>>("loss.forces.coefficients");
+    check_force_loss(s.force_loss);
+  }
   s.console_every_n_steps = c.get<int>("logging.console_every_n_steps");
   check_positive("logging.console_every_n_steps", s.console_every_n_steps);
   s.tensorboard = c.get<bool>("logging.tensorboard");
@@ -299,6 +305,15 @@ TrainSettings resolve_settings(const Config& c) {
   s.dataset_kind = resolve_dataset_kind(c);
   s.synthetic.kind = s.dataset_kind;
   if (c.has("force_coefficients")) s.forces = resolve_forces(c);
+  if (s.force_loss.enabled()) {
+    TORCH_CHECK(s.dataset_kind == "surface",
+                "config: 'loss.forces' integrates forces over a "
+                "surface; dataset.kind is ",
+                s.dataset_kind);
+    TORCH_CHECK(s.forces.shear.has_value(),
+                "config: 'loss.forces' needs dataset.shear_stress "
+                "(wall_on_fluid for OpenFOAM's wallShearStress and DrivAerML, or fluid_on_wall)");
+  }
   return s;
 }
 

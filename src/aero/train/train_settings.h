@@ -10,6 +10,7 @@
 #include "aero/data/transforms.h"
 #include "aero/fields/field_schema.h"
 #include "aero/forces/force_coefficients.h"
+#include "aero/forces/force_loss.h"
 #include "aero/model/recompute.h"
 #include "aero/optim/muon_adamw.h"
 #include "core/readback/step_readback.h"
@@ -66,7 +67,8 @@ struct TrainSettings {
   std::string loss_type = "huber";
   bool mask_nonfinite = false;
   std::vector<std::string> metrics{"l1", "l2", "mae"};
-  std::string weight_field;  // "volume" or "area": weight the loss; empty: none
+  std::string weight_field;     // "volume" or "area": weight the loss; empty: none
+  ForceLossOptions force_loss;  // loss.forces (absent in older configs: off)
   int console_every_n_steps = 1;
   bool tensorboard = true;
   int64_t distributed_timeout_s = 180;

@@ -175,7 +175,8 @@ EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
       prediction = model.forward(batch.inputs);
     }
     phase(Phase::kLoss);
-    LossResult result = run_.loss->compute(prediction, batch.target, batch.weights);
+    LossResult result =
+        run_.loss->compute(prediction, batch.target, batch.weights, batch.force_weights);
     phase(Phase::kBackward);
     run_.optimizer->zero_grad();
     if (run_.averager) run_.averager->prepare();
@@ -306,7 +307,8 @@ EpochResult Trainer::val_epoch(int64_t epoch) {
         AutocastGuard autocast(run_.device, run_.bf16());
         prediction = model.forward(batch.inputs);
       }
-      LossResult result = run_.loss->compute(prediction, batch.target, batch.weights);
+      LossResult result =
+          run_.loss->compute(prediction, batch.target, batch.weights, batch.force_weights);
       readback.start(val_step_++, result.scalars,
                      {{"step_time_s", seconds_since(t0)}, {"data_time_s", data_time}});
       readback.deliver_landed();

@@ -58,6 +58,16 @@ TEST(ConfigTest, BadValuesNameTheKey) {
   EXPECT_NE(error_of({"novalue"}).find("key=value"), std::string::npos);
   EXPECT_NE(error_of({"model.n_head=7"}).find("divisible"), std::string::npos);
   EXPECT_NE(error_of({"model.name=flare"}).find("transolver"), std::string::npos);
+  // The force loss: a volume has no surface to integrate; names are checked.
+  EXPECT_NE(error_of({"loss.forces.weight=1"}).find("dataset.kind is volume"), std::string::npos);
+  EXPECT_NE(error_of({"loss.forces.weight=-1"}).find("loss.forces.weight"), std::string::npos);
+  EXPECT_NE(error_of({"dataset=ahmed_surface", "loss.forces.weight=1",
+                      "loss.forces.coefficients=[CD, CX]"})
+                .find("'CX' is not one of CD, CL, CS"),
+            std::string::npos);
+  EXPECT_NE(error_of({"dataset=ahmed_surface", "loss.forces.weight=1", "loss.forces.scale=0"})
+                .find("loss.forces.scale"),
+            std::string::npos);
   // The inputs must be the ones the model family reads.
   const auto inputs = error_of({"model.inputs={embedding: [points, sdf]}"});
   EXPECT_NE(inputs.find("embedding, fx"), std::string::npos) << inputs;

@@ -114,5 +114,43 @@ TEST(LossCalculatorTest, GradientFlowsToThePrediction) {
   EXPECT_GT(p.grad().abs().sum().item<double>(), 0.0);
 }
 
+// loss.forces: the batch's weights map the error to coefficient errors dC
+// (B, K); the total adds weight * mean_b sum_k (dC_k / scale)^2.
+TEST(LossCalculatorTest, TheForceTermAddsTheCoefficientErrors) {
+  LossOptions o;
+  o.type = "mse";
+  o.fields = FieldSchema({{"pressure", FieldType::kScalar, Nondim::kPressure, {}, 1.0, 1.0},
+                          {"wss", FieldType::kVector, Nondim::kStress, {}, 1.0, 1.0}});
+  o.forces.weight = 0.5;
+  o.forces.scale = 0.1;
+  o.forces.coefficients = {"CD", "CL"};
+  LossCalculator calc(o);
+  EXPECT_EQ(calc.keys()[3], "loss/forces");
+  EXPECT_EQ(calc.keys().back(), "CL_error");
+  torch::manual_seed(3);
+  const auto t = torch::randn({2, 6, 4});
+  auto p = (t + 0.1 * torch::randn({2, 6, 4})).requires_grad_();
+  const auto w = torch::randn({2, 6, 4, 2});
+  const auto r = calc.compute(p, t, {}, w);
+  const auto dc = ((p - t).detach().unsqueeze(-1) * w).sum(torch::IntArrayRef{1, 2});  // (B, K)
+  const double base = (p - t).detach().square().mean().item<double>();
+  const double force = 0.5 * (dc / 0.1).square().sum(1).mean().item<double>();
+  EXPECT_NEAR(r.total.item<double>(), base + force, 1e-5 * (base + force));
+  EXPECT_NEAR(value_of(r.scalars, "loss/forces"), force, 1e-5 * force);
+  EXPECT_NEAR(value_of(r.scalars, "CD_error"), dc.select(1, 0).abs().mean().item<double>(), 1e-6);
+  EXPECT_NEAR(value_of(r.scalars, "CL_error"), dc.select(1, 1).abs().mean().item<double>(), 1e-6);
+  // Its gradient: d/dp of 0.5 * mean_b sum_k (dC_k / s)^2 = (1 / B) * W dC / s^2.
+  auto only_force = calc.compute(p, t, {}, w);
+  const auto force_term = only_force.total - (p - t).square().mean();
+  force_term.backward();
+  const auto expected = (w * (dc / (0.1 * 0.1) / 2.0).view({2, 1, 1, 2})).sum(3);
+  EXPECT_TRUE(torch::allclose(p.grad(), expected, 1e-4, 1e-5));
+  // Without the batch's weights, or without the fields to integrate, it refuses.
+  EXPECT_THROW(calc.compute(p, t), c10::Error);
+  LossOptions volume;
+  volume.forces.weight = 1.0;
+  EXPECT_THROW(LossCalculator{volume}, c10::Error);
+}
+
 }  // namespace
 }  // namespace slipstream::aero

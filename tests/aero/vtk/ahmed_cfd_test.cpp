@@ -71,6 +71,49 @@ TEST(AhmedCfdTest, ForcesNeedTheShearConventionDeclared) {
   EXPECT_NE(msg.find("dataset.shear_stress"), std::string::npos) << msg;
 }
 
+// The force loss's weights (force_loss.h) map a prediction's error in the
+// model's space to the change of CD, CL and CS that infer's integral
+// (surface_forces, checked against OpenFOAM above) sees, in either shear
+// convention.
+TEST(AhmedCfdTest, TheForceLossWeightsGiveTheCoefficientChangeOfAPrediction) {
+  const FieldSchema fields = surface_fields();
+  const Sample s = read_raw_surface_run(ahmed_run(16), fields, {});
+  const FreeStream fs = s.free_stream();
+  const auto truth = truth_of(s).to(torch::kDouble);
+  // A wrong prediction: pressure scaled and shifted along x, shear turned and shrunk.
+  const auto x = s.point("points").select(1, 0).to(torch::kDouble).unsqueeze(1);
+  const auto pred =
+      torch::cat({truth.narrow(1, 0, 1) * 1.1 + 30.0 * torch::sin(8.0 * x),
+                  truth.narrow(1, 1, 3) * 0.8 + 0.2 * truth.narrow(1, 1, 3).roll(1, 1)},
+                 1);
+  const auto to_model = [&](const torch::Tensor& physical) {
+    return torch::cat({fields.to_model(fields.fields()[0], physical.narrow(1, 0, 1), fs),
+                       fields.to_model(fields.fields()[1], physical.narrow(1, 1, 3), fs)},
+                      1);
+  };
+  const auto u = s.global("U_inf").to(torch::kDouble);
+  const Vec3 flow{u[0].item<double>(), u[1].item<double>(), u[2].item<double>()};
+  for (const auto shear : {ShearConvention::kWallOnFluid, ShearConvention::kFluidOnWall}) {
+    ForceLossFrame frame;
+    frame.coefficients = {"CD", "CL", "CS"};
+    frame.shear = shear;
+    const auto w = force_loss_weights(s.point("normals"), s.point("area"), fields, fs, flow,
+                                      s.global_scalar("A_ref", 0.0), 1.0, frame)
+                       .to(torch::kDouble);
+    const auto dc =
+        ((to_model(pred) - to_model(truth)).unsqueeze(-1) * w).sum(torch::IntArrayRef{0, 1});
+    const auto f_pred = surface_forces(s, pred, fields, settings(shear));
+    const auto f_true = surface_forces(s, truth, fields, settings(shear));
+    for (int64_t k = 0; k < 3; ++k) {
+      const std::string name = frame.coefficients[static_cast<size_t>(k)];
+      const double expected = f_pred.at(name) - f_true.at(name);
+      EXPECT_NEAR(dc[k].item<double>(), expected, 1e-6 + 1e-4 * std::abs(expected))
+          << name << " " << to_string(shear);
+    }
+    EXPECT_GT(std::abs(f_pred.at("CD") - f_true.at("CD")), 0.005);  // a change worth checking
+  }
+}
+
 std::vector<nlohmann::json> records(const std::string& path, const std::string& phase) {
   std::vector<nlohmann::json> out;
   std::ifstream in(path);
@@ -138,7 +181,12 @@ TEST(AhmedCfdTest, SurfaceRunsGoThroughPrepareTrainAndInferWithTheSolversForces)
   const auto manifest = nlohmann::json::parse(std::ifstream(chain.prepared + "/manifest.json"));
   EXPECT_EQ(manifest["train"], nlohmann::json::array({"run_15.safetensors"}));
   EXPECT_EQ(manifest["val"], nlohmann::json::array({"run_16.safetensors"}));
-  for (const auto& [model, sizes] : {std::pair{"transolver_surface", kSmallTransolver},
+  // Transolver with the force loss on, every cell a step: its val step's
+  // CD_error and CL_error are infer's |pred - true| for the same model.
+  auto transolver = kSmallTransolver;
+  transolver.insert(transolver.end(),
+                    {"loss.forces.weight=0.01", "dataset.sampling_resolution=200000"});
+  for (const auto& [model, sizes] : {std::pair{"transolver_surface", transolver},
                                      std::pair{"geotransolver_surface", kSmallGeoTransolver}}) {
     const auto steps = chain.train_and_infer(model, "ahmed_surface", sizes);
     ASSERT_EQ(steps.size(), 1u) << model;
@@ -156,6 +204,20 @@ TEST(AhmedCfdTest, SurfaceRunsGoThroughPrepareTrainAndInferWithTheSolversForces)
     std::vector<std::string> outside;
     for (const auto& o : steps[0]["out_of_distribution"]) outside.push_back(o["name"]);
     EXPECT_NE(std::find(outside.begin(), outside.end(), "phi"), outside.end()) << model;
+    const auto val =
+        records(chain.dir.file("runs/" + std::string(model) + "/metrics.jsonl"), "val_step");
+    ASSERT_FALSE(val.empty()) << model;
+    if (std::string(model) != "transolver_surface") {
+      EXPECT_FALSE(val.back().contains("CD_error")) << model;
+      continue;
+    }
+    for (const char* c : {"CD", "CL"}) {
+      const double infer_error =
+          std::abs(forces["pred"][c].get<double>() - forces["true"][c].get<double>());
+      EXPECT_NEAR(val.back()[std::string(c) + "_error"].get<double>(), infer_error,
+                  1e-6 + 1e-4 * infer_error)
+          << c;
+    }
   }
   // The body it was trained on is not.
   const std::string out = chain.dir.file("infer_train");
