@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   std::vector<app::Command> commands;
   for (auto add :
        {app::add_train, app::add_bench, app::add_bench_data, app::add_info, app::add_make_synthetic,
-        app::add_prepare, app::add_infer, app::add_launch, app::add_export}) {
+        app::add_prepare, app::add_infer, app::add_launch, app::add_export, app::add_ahmed_body}) {
     commands.push_back(add(app, context));
   }
   app.set_version_flag("--version", std::string("slipstream ") + SLIPSTREAM_VERSION +

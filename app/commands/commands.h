@@ -35,6 +35,7 @@ Command add_prepare(CLI::App& app, const CommandContext& context);
 Command add_infer(CLI::App& app, const CommandContext& context);
 Command add_launch(CLI::App& app, const CommandContext& context);
 Command add_export(CLI::App& app, const CommandContext& context);
+Command add_ahmed_body(CLI::App& app, const CommandContext& context);
 
 // Fails naming the command when this build lacks VTK.
 [[noreturn]] void needs_vtk(const char* what);

@@ -41,7 +41,9 @@ std::map<std::string, std::string> openfoam_field_names();
 // object (U_inf = magUInf along dragDir, L_ref = lRef, A_ref = Aref,
 // rho_inf 1 and p_inf 0: incompressible solvers' kinematic values) and its
 // metadata.json where it has one (which wins); its coefficients at the
-// chosen time become the globals CD_cfd, CL_cfd, CS_cfd.
+// chosen time become the globals CD_cfd, CL_cfd, CS_cfd, unless
+// metadata.json gives them (coefficients averaged as the fields were:
+// scripts/ahmed_dataset.sh).
 Sample read_openfoam_case(const std::string& case_dir, const std::string& kind,
                           const FieldSchema& targets,
                           const std::map<std::string, std::string>& names,

@@ -175,8 +175,11 @@ void put_free_stream(Sample& s, const nlohmann::json& meta, const std::string& m
   }
   // Every other number is a parameter of the run (nu, an Ahmed body's slant
   // angle phi, ...): kept as a global, so that the training envelope spans it.
+  // The CFD's own coefficients given here (e.g. averaged over the iterations
+  // its fields were) win over a case's forceCoeffs row at the time read.
   for (const auto& [key, value] : meta.items()) {
-    if (value.is_number() && !s.has_global(key)) {
+    const bool cfd = key == "CD_cfd" || key == "CL_cfd" || key == "CS_cfd";
+    if (value.is_number() && (cfd || !s.has_global(key))) {
       s.global_data[key] = torch::tensor({value.get<double>()}, torch::kDouble);
     }
   }

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -230,6 +231,84 @@ TEST(AhmedCfdTest, SurfaceRunsGoThroughPrepareTrainAndInferWithTheSolversForces)
   const auto train = records(out + "/metrics.jsonl", "infer_step");
   ASSERT_EQ(train.size(), 1u);
   EXPECT_EQ(train[0]["in_distribution"], true) << train[0].dump();
+}
+
+// scripts/ahmed_dataset.sh with Debian's OpenFOAM: one coarse case from
+// nothing (the body's STL, blockMesh + snappyHexMesh, simpleFoam until CD
+// settles, then the averaging), read back as a case directory: surface and
+// volume through prepare --format openfoam, the surface through train and
+// infer, its averaged fields' integral against OpenFOAM's averaged
+// forceCoeffs. A second call finds the case done and leaves it.
+TEST(AhmedCfdTest, TheDatasetGeneratorsCaseGoesThroughPrepareTrainAndInfer) {
+  if (!fs::exists("/usr/share/openfoam/etc/bashrc")) {
+    if (std::getenv("SLIPSTREAM_NO_OPENFOAM") != nullptr) GTEST_SKIP() << "no OpenFOAM";
+    FAIL() << "OpenFOAM is not installed: apt-get install openfoam (scripts/install_deps.sh "
+              "--tests does), or set SLIPSTREAM_NO_OPENFOAM=1 to skip this test";
+  }
+  testing::TempDir dir;
+  const std::vector<std::string> generate{
+      std::string(SLIPSTREAM_SOURCE_DIR) + "/scripts/ahmed_dataset.sh",
+      dir.file("cases"),
+      "--cases",
+      "1",
+      "--jobs",
+      "1",
+      "--mesh",
+      "coarse"};
+  const std::vector<std::string> env{"SLIPSTREAM_BIN=" + testing::slipstream_bin()};
+  auto e = testing::Process("/bin/bash", generate, env).wait(std::chrono::seconds(600));
+  ASSERT_EQ(e.code, 0) << e.output;
+  EXPECT_OUTPUT_HAS(e, "run_1: phi ");
+  EXPECT_OUTPUT_HAS(e, "1 of 1 cases done");
+  ASSERT_TRUE(fs::exists(dir.file("cases/run_1/done")));
+  const std::vector<std::string> fields{
+      "--field", "velocity=UMean", "--field", "pressure=pMean",
+      "--field", "nut=nutMean",    "--field", "wss=wallShearStressMean"};
+  for (const char* kind : {"surface", "volume"}) {
+    std::vector<std::string> prepare{"prepare",
+                                     "--format",
+                                     "openfoam",
+                                     "--in",
+                                     dir.file("cases"),
+                                     "--out",
+                                     dir.file(kind),
+                                     "--patch",
+                                     "body",
+                                     "--val-fraction",
+                                     "0",
+                                     std::string("dataset=ahmed_") + kind};
+    prepare.insert(prepare.end(), fields.begin(), fields.end());
+    e = testing::run_slipstream(prepare, std::chrono::seconds(300));
+    ASSERT_EQ(e.code, 0) << e.output;
+  }
+  std::vector<std::string> train{"train",
+                                 "model=transolver_surface",
+                                 "dataset=ahmed_surface",
+                                 "dataset.path=" + dir.file("surface"),
+                                 "val_split=null",
+                                 "training.num_epochs=1",
+                                 "device=cpu",
+                                 "run_id=generated",
+                                 "output_dir=" + dir.file("runs")};
+  train.insert(train.end(), kSmallTransolver.begin(), kSmallTransolver.end());
+  e = testing::run_slipstream(train, std::chrono::seconds(300));
+  ASSERT_EQ(e.code, 0) << e.output;
+  e = testing::run_slipstream({"infer", "--checkpoint", dir.file("runs/generated"), "--split",
+                               "train", "--out", dir.file("infer"), "--device", "cpu"},
+                              std::chrono::seconds(300));
+  ASSERT_EQ(e.code, 0) << e.output;
+  const auto steps = records(dir.file("infer/metrics.jsonl"), "infer_step");
+  ASSERT_EQ(steps.size(), 1u);
+  const auto& forces = steps[0]["forces"];
+  const double cd = forces["cfd"]["CD"];
+  EXPECT_GT(cd, 0.1);
+  EXPECT_NEAR(forces["true"]["CD"].get<double>(), cd, 0.005 * cd) << steps[0].dump();
+  EXPECT_NEAR(forces["true"]["CL"].get<double>(), forces["cfd"]["CL"].get<double>(), 0.01 * cd)
+      << steps[0].dump();
+  // Resumable: a finished case is left as it is.
+  e = testing::Process("/bin/bash", generate, env).wait(std::chrono::seconds(60));
+  ASSERT_EQ(e.code, 0) << e.output;
+  EXPECT_OUTPUT_HAS(e, "run_1: done earlier");
 }
 
 TEST(AhmedCfdTest, VolumeRunsGoThroughPrepareTrainAndInfer) {
