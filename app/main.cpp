@@ -22,9 +22,9 @@ int main(int argc, char** argv) {
                  "directory holding train.yaml, model/, "
                  "dataset/");
   std::vector<app::Command> commands;
-  for (auto add :
-       {app::add_train, app::add_bench, app::add_bench_data, app::add_info, app::add_make_synthetic,
-        app::add_prepare, app::add_infer, app::add_launch, app::add_export, app::add_ahmed_body}) {
+  for (auto add : {app::add_train, app::add_bench, app::add_bench_data, app::add_info,
+                   app::add_make_synthetic, app::add_prepare, app::add_infer, app::add_launch,
+                   app::add_export, app::add_export_case, app::add_ahmed_body}) {
     commands.push_back(add(app, context));
   }
   app.set_version_flag("--version", std::string("slipstream ") + SLIPSTREAM_VERSION +

@@ -4,6 +4,7 @@
 # nothing but this repository.
 #
 #   bash scripts/ahmed_dataset.sh OUT [--cases N] [--jobs J] [--seed S] [--mesh standard|coarse]
+#                                     [--export DIR]
 #
 # Case i (0-based) is body i of a Latin hypercube of N bodies drawn with seed
 # S (`slipstream ahmed-body`: slant 0-40 degrees, length, width and height
@@ -21,6 +22,11 @@
 #   slipstream prepare --format openfoam --in OUT --out DIR --patch body \
 #     --field velocity=UMean --field pressure=pMean --field nut=nutMean \
 #     --field wss=wallShearStressMean dataset=ahmed_surface   (or ahmed_volume)
+# --export DIR also writes each case as a run of DrivAerML's raw layout, the
+# shared dataset's (`slipstream export-case`: DIR/run_<i+1>/boundary_<i+1>.vtp
+# with pMeanTrim and wallShearStressMeanTrim, volume_<i+1>.vtu with 60,000
+# fluid cells, drivaer_<i+1>.stl, force_mom_<i+1>.csv, metadata.json), which
+# `slipstream prepare --in DIR` reads like the shared dataset.
 #
 # Resumable: a finished case (run_<i>/done) is skipped, an unfinished one is
 # started again from nothing. J cases run at once, each on one core (several
@@ -33,15 +39,16 @@
 #   layers, fewer iterations: under a minute or two a case, for tests.
 set -euo pipefail
 
-usage() { sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 [ $# -ge 1 ] || usage 2
-out=""; cases=30; jobs=$(nproc); seed=1; mesh=standard; one=""
+out=""; cases=30; jobs=$(nproc); seed=1; mesh=standard; one=""; export_dir=""
 while [ $# -gt 0 ]; do
   case $1 in
     --cases) cases=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
     --mesh) mesh=$2; shift 2 ;;
+    --export) export_dir=$2; shift 2 ;;
     --one) one=$2; shift 2 ;;  # internal: run case $2 alone
     -h|--help) usage ;;
     -*) echo "ahmed_dataset: unknown option $1" >&2; usage 2 ;;
@@ -63,13 +70,18 @@ fi
 command -v simpleFoam >/dev/null || { echo "ahmed_dataset: no simpleFoam on PATH" >&2; exit 2; }
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+if [ -n "$export_dir" ]; then
+  mkdir -p "$export_dir"
+  export_dir=$(cd "$export_dir" && pwd)
+  [ "$export_dir" != "$out" ] || { echo "ahmed_dataset: --export must not be OUT" >&2; exit 2; }
+fi
 
 if [ -z "$one" ]; then
   t0=$SECONDS
   echo "ahmed_dataset: $cases cases ($mesh mesh, seed $seed) into $out, $jobs at a time"
   rc=0
   seq 0 $((cases - 1)) | xargs -P "$jobs" -I{} bash "$0" "$out" --cases "$cases" --seed "$seed" \
-    --mesh "$mesh" --one {} || rc=$?
+    --mesh "$mesh" ${export_dir:+--export "$export_dir"} --one {} || rc=$?
   done_count=$(find "$out" -maxdepth 2 -name done | wc -l)
   echo "ahmed_dataset: $done_count of $cases cases done in $((SECONDS - t0)) s"
   [ "$rc" -eq 0 ] && [ "$done_count" -ge "$cases" ] || exit 1
@@ -79,7 +91,18 @@ fi
 # ---- one case --------------------------------------------------------------
 i=$one
 run=$out/run_$((i + 1))
+export_run() {  # the finished case in DrivAerML's layout, once
+  [ -n "$export_dir" ] || return 0
+  local to=$export_dir/run_$((i + 1))
+  [ -f "$to/boundary_$((i + 1)).vtp" ] && return 0
+  rm -rf "$to"
+  "$bin" export-case --case "$run" --out "$to" --index $((i + 1)) --patch body --seed "$i" \
+    --field velocity=UMean --field pressure=pMean --field nut=nutMean \
+    --field wss=wallShearStressMean > "$run/logs/export-case.log" 2>&1 ||
+    { echo "run_$((i + 1)): FAILED in export-case (see $run/logs/export-case.log)"; exit 1; }
+}
 if [ -f "$run/done" ]; then
+  export_run
   echo "run_$((i + 1)): done earlier ($(cat "$run/done"))"
   exit 0
 fi
@@ -309,4 +332,5 @@ rm -rf "$run"
 mv "$work" "$run"
 summary="phi $phi, L $length W $width H $height: $ncells cells, $iterations iterations ($state), CD $cd CL $cl averaged over $navg, $((SECONDS - start)) s"
 echo "$summary" > "$run/done"
+export_run
 echo "run_$((i + 1)): $summary"

@@ -364,11 +364,14 @@ stage_ahmed() {
 }
 
 stage_ahmedvar() {
-  local v label model args kind data rc=0 pids=() labels=()
+  local v label model args kind data rc=0 pids=() labels=() surface="" volume=""
+  # Unpacked once, before any run reads them.
+  [ -n "${AHMED_SURFACE:-}" ] && { surface=$(prepared_dir "$AHMED_SURFACE") || return 1; }
+  [ -n "${AHMED_VOLUME:-}" ] && { volume=$(prepared_dir "$AHMED_VOLUME") || return 1; }
   for v in ${AHMED_VARIANTS:?AHMED_VARIANTS is not set}; do
     IFS=: read -r label model args <<<"$v"
-    case $model in *surface) kind=surface; data=${AHMED_SURFACE:-} ;; *) kind=volume; data=${AHMED_VOLUME:-} ;; esac
-    data=$(prepared_dir "$data") || { log "ahmedvar: cannot unpack $data"; rc=1; continue; }
+    case $model in *surface) kind=surface; data=$surface ;; *) kind=volume; data=$volume ;; esac
+    [ -n "$data" ] || { log "ahmedvar: AHMED_${kind^^} is not set"; rc=1; continue; }
     log "ahmedvar: $label: $model ${args//,/ }, ${AHMED_EPOCHS:-200} epochs"
     timeout -s TERM "${AHMED_TIMEOUT:-300}" "$BIN" train model="$model" dataset="ahmed_$kind" \
       dataset.path="$data" training.num_epochs="${AHMED_EPOCHS:-200}" \

@@ -36,6 +36,7 @@ Command add_infer(CLI::App& app, const CommandContext& context);
 Command add_launch(CLI::App& app, const CommandContext& context);
 Command add_export(CLI::App& app, const CommandContext& context);
 Command add_ahmed_body(CLI::App& app, const CommandContext& context);
+Command add_export_case(CLI::App& app, const CommandContext& context);
 
 // Fails naming the command when this build lacks VTK.
 [[noreturn]] void needs_vtk(const char* what);

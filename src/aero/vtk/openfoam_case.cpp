@@ -4,6 +4,8 @@
 #include "aero/geometry/triangle_mesh.h"
 #include "aero/vtk/raw_runs.h"
 #include "aero/vtk/vtk_io.h"
+#include "core/io/atomic_file.h"
+#include "core/io/staged_directory.h"
 
 #include <c10/util/Exception.h>
 #include <fnmatch.h>
@@ -25,6 +27,7 @@
 #include <vtkPolyData.h>
 #include <vtkSmartPointer.h>
 #include <vtkUnstructuredGrid.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -284,18 +287,29 @@ std::map<std::string, std::string> openfoam_field_names() {
   return {{"velocity", "U"}, {"pressure", "p"}, {"nut", "nut"}, {"wss", "wallShearStress"}};
 }
 
-Sample read_openfoam_case(const std::string& case_dir, const std::string& kind,
-                          const FieldSchema& targets,
-                          const std::map<std::string, std::string>& names, const OpenFoamOptions& o,
-                          std::vector<std::string>* warnings) {
-  TORCH_CHECK(kind == "surface" || kind == "volume", "prepare: kind '", kind,
-              "' is not one of surface, volume");
+namespace {
+
+// What one read of a case gives: the body's patches merged into one surface
+// and, when asked for, the internal mesh's pieces, at the chosen time.
+struct CaseRead {
+  fs::path dir;
+  std::string what;  // the case, for messages
+  double time = 0;
+  std::vector<std::string> body;  // the patches read
+  SurfaceData surface;
+  Pieces pieces;
+  vtkSmartPointer<vtkPOpenFOAMReader> reader;  // owns the pieces' data
+  vtkSmartPointer<vtkDummyController> controller;
+};
+
+CaseRead read_case(const std::string& case_dir, bool cells, const std::vector<std::string>& wanted,
+                   const OpenFoamOptions& o) {
   TORCH_CHECK(is_openfoam_case(case_dir), "prepare: '", case_dir,
               "' is not an OpenFOAM case (no system/controlDict)");
   const fs::path dir = fs::absolute(case_dir);
   const bool split = decomposed(dir, o.case_type);
   const std::string what = case_dir + (split ? " (decomposed)" : " (reconstructed)");
-  vtkNew<vtkPOpenFOAMReader> reader;
+  auto reader = vtkSmartPointer<vtkPOpenFOAMReader>::New();
   vtkNew<vtkDummyController> one_process;  // the reader asks its controller for the ranks
   reader->SetController(one_process);
   reader->SetCaseType(split ? vtkPOpenFOAMReader::DECOMPOSED_CASE
@@ -330,12 +344,9 @@ Sample read_openfoam_case(const std::string& case_dir, const std::string& kind,
     TORCH_CHECK(matched, "prepare: '", what, "' has no patch '", pattern, "'; it has ",
                 joined(all_patches));
   }
-  if (kind == "volume") reader->SetPatchArrayStatus("internalMesh", 1);
+  if (cells) reader->SetPatchArrayStatus("internalMesh", 1);
 
   // The fields, under the case's names.
-  const auto file_fields = file_field_names(targets, names, openfoam_field_names());
-  std::vector<std::string> wanted;
-  for (const auto& [target, field] : file_fields) wanted.push_back(field);
   std::vector<std::string> all_fields;
   for (int i = 0; i < reader->GetNumberOfCellArrays(); ++i) {
     all_fields.push_back(reader->GetCellArrayName(i));
@@ -383,7 +394,36 @@ Sample read_openfoam_case(const std::string& case_dir, const std::string& kind,
   TORCH_CHECK(!pieces.patches.empty(), "prepare: '", what, "' patches ", joined(body),
               " have no faces at time ", time);
 
-  SurfaceData surface = surface_of(merged_surface(pieces), what, wanted);
+  CaseRead r;
+  r.dir = dir;
+  r.what = what;
+  r.time = time;
+  r.body = body;
+  r.surface = surface_of(merged_surface(pieces), what, wanted);
+  r.pieces = pieces;
+  r.reader = reader;
+  r.controller = one_process;
+  return r;
+}
+
+}  // namespace
+
+Sample read_openfoam_case(const std::string& case_dir, const std::string& kind,
+                          const FieldSchema& targets,
+                          const std::map<std::string, std::string>& names, const OpenFoamOptions& o,
+                          std::vector<std::string>* warnings) {
+  TORCH_CHECK(kind == "surface" || kind == "volume", "prepare: kind '", kind,
+              "' is not one of surface, volume");
+  const auto file_fields = file_field_names(targets, names, openfoam_field_names());
+  std::vector<std::string> wanted;
+  for (const auto& [target, field] : file_fields) wanted.push_back(field);
+  CaseRead r = read_case(case_dir, kind == "volume", wanted, o);
+  const fs::path& dir = r.dir;
+  const std::string& what = r.what;
+  const double time = r.time;
+  const auto& body = r.body;
+  const Pieces& pieces = r.pieces;
+  SurfaceData surface = std::move(r.surface);
   std::ostringstream id;
   id << case_dir << "@" << time;
   Sample s;
@@ -410,6 +450,94 @@ Sample read_openfoam_case(const std::string& case_dir, const std::string& kind,
               "(postProcessing/forceCoeffs*) or a metadata.json with \"U_inf\": [ux, uy, uz]");
   check_prepared_sample(s, targets);
   return s;
+}
+
+void export_openfoam_case(const std::string& case_dir, const std::string& run_dir,
+                          const std::map<std::string, std::string>& names, const OpenFoamOptions& o,
+                          const RawRunExport& run) {
+  TORCH_CHECK(run.volume_cells > 0, "export-case: --volume-cells must be > 0");
+  TORCH_CHECK(!run.index.empty() && run.index.find('/') == std::string::npos,
+              "export-case: the index '", run.index, "' cannot be a file name suffix");
+  TORCH_CHECK(!fs::exists(run_dir) || (fs::is_directory(run_dir) && fs::is_empty(run_dir)),
+              "export-case: '", run_dir, "' exists and is not an empty directory");
+  // The references and the CFD's coefficients, as prepare reads them.
+  const auto spec = [](const char* name, FieldType type) {
+    FieldSpec f;
+    f.name = name;
+    f.type = type;
+    return f;
+  };
+  const FieldSchema surface_targets(
+      {spec("pressure", FieldType::kScalar), spec("wss", FieldType::kVector)});
+  const Sample refs = read_openfoam_case(case_dir, "surface", surface_targets, names, o);
+  const FieldSchema all_targets({spec("velocity", FieldType::kVector),
+                                 spec("pressure", FieldType::kScalar),
+                                 spec("nut", FieldType::kScalar), spec("wss", FieldType::kVector)});
+  const auto in_case = file_field_names(all_targets, names, openfoam_field_names());
+  const auto out_name = drivaerml_field_names();
+  std::vector<std::string> wanted;
+  for (const auto& [target, field] : in_case) wanted.push_back(field);
+  CaseRead r = read_case(case_dir, /*cells=*/true, wanted, o);
+
+  const std::string tmp = run_dir + ".partial";
+  remove_tree(tmp);
+  fs::create_directories(tmp);
+  try {
+    const FreeStream free_stream = refs.free_stream();
+    const double q = free_stream.dynamic_pressure();
+    TORCH_CHECK(q > 0, "export-case: '", r.what, "' has no free-stream speed");
+    const auto& p = r.surface.cell_fields.at(in_case.at("pressure"));
+    write_vtp(tmp + "/boundary_" + run.index + ".vtp", r.surface.mesh,
+              {{out_name.at("pressure"), p},
+               {out_name.at("wss"), r.surface.cell_fields.at(in_case.at("wss"))},
+               {"CpMeanTrim", (p - free_stream.p) / q}});
+    Sample cells;
+    std::map<std::string, torch::Tensor> data;
+    put_cells(cells, r.pieces, {in_case.at("velocity"), in_case.at("pressure"), in_case.at("nut")},
+              data, r.what);
+    const auto points = cells.point("points");
+    const int64_t n = points.size(0), keep = std::min(n, run.volume_cells);
+    auto generator = at::detail::createCPUGenerator(run.seed);
+    const auto rows = torch::randperm(n, generator, torch::kLong).narrow(0, 0, keep);
+    std::vector<std::pair<std::string, torch::Tensor>> fields;
+    for (const char* target : {"velocity", "pressure", "nut"}) {
+      fields.emplace_back(out_name.at(target), data.at(in_case.at(target)).index_select(0, rows));
+    }
+    write_vtu(tmp + "/volume_" + run.index + ".vtu", points.index_select(0, rows), fields);
+    write_stl(tmp + "/drivaer_" + run.index + ".stl", body_triangles(r.surface.mesh, r.what));
+    if (refs.has_global("CD_cfd")) {
+      std::ostringstream csv;
+      csv.precision(10);
+      csv << "Cd,Cl,Cs\n"
+          << refs.global_scalar("CD_cfd", 0.0) << "," << refs.global_scalar("CL_cfd", 0.0) << ","
+          << refs.global_scalar("CS_cfd", 0.0) << "\n";
+      write_file_atomically(tmp + "/force_mom_" + run.index + ".csv", csv.str());
+    }
+    for (const auto& e : fs::directory_iterator(r.dir)) {  // the body's parameters, as shipped
+      const std::string name = e.path().filename().string();
+      if (e.is_regular_file() && name.rfind("geo_ref", 0) == 0 && e.path().extension() == ".csv") {
+        fs::copy_file(e.path(), tmp + "/geo_ref_" + run.index + ".csv");
+        break;
+      }
+    }
+    if (fs::is_regular_file(r.dir / "metadata.json")) {
+      fs::copy_file(r.dir / "metadata.json", tmp + "/metadata.json");
+    } else {
+      const auto u = refs.global("U_inf").to(torch::kDouble);
+      nlohmann::json meta{
+          {"U_inf", {u[0].item<double>(), u[1].item<double>(), u[2].item<double>()}},
+          {"rho_inf", free_stream.rho},
+          {"p_inf", free_stream.p},
+          {"L_ref", refs.global_scalar("L_ref", 0.0)},
+          {"A_ref", refs.global_scalar("A_ref", 0.0)}};
+      write_file_atomically(tmp + "/metadata.json", meta.dump(2) + "\n");
+    }
+    if (fs::exists(run_dir)) fs::remove(run_dir);  // empty, checked above
+    fs::rename(tmp, run_dir);
+  } catch (...) {
+    remove_tree(tmp);
+    throw;
+  }
 }
 
 }  // namespace slipstream::aero

@@ -50,4 +50,28 @@ Sample read_openfoam_case(const std::string& case_dir, const std::string& kind,
                           const OpenFoamOptions& options,
                           std::vector<std::string>* warnings = nullptr);
 
+// A case written as one run of DrivAerML's raw layout (the shared Ahmed
+// dataset's), into `run_dir` (created; refused if it exists and is not
+// empty; written beside it and renamed, so never half there):
+//   boundary_<index>.vtp  the body's faces as OpenFOAM has them (normals into
+//                         the body), cell data pMeanTrim, wallShearStressMeanTrim
+//                         and CpMeanTrim = (p - p_inf) / q_inf
+//   volume_<index>.vtu    `volume_cells` fluid cells drawn with `seed` (all
+//                         when the case has fewer), vertices at their centres
+//                         with point data UMeanTrim, pMeanTrim, nutMeanTrim
+//   drivaer_<index>.stl   the body's faces as triangles, outward
+//   force_mom_<index>.csv Cd, Cl, Cs: the CFD's own (metadata.json's, else
+//                         the forceCoeffs row at that time), when known
+//   metadata.json         the case's, else U_inf and the references
+// `names` maps the targets velocity, pressure, nut, wss to the case's
+// fields (defaults: openfoam_field_names()).
+struct RawRunExport {
+  std::string index = "1";       // the files' suffix
+  int64_t volume_cells = 60000;  // fluid cells kept
+  uint64_t seed = 0;
+};
+void export_openfoam_case(const std::string& case_dir, const std::string& run_dir,
+                          const std::map<std::string, std::string>& names,
+                          const OpenFoamOptions& options, const RawRunExport& run);
+
 }  // namespace slipstream::aero

@@ -254,7 +254,9 @@ TEST(AhmedCfdTest, TheDatasetGeneratorsCaseGoesThroughPrepareTrainAndInfer) {
       "--jobs",
       "1",
       "--mesh",
-      "coarse"};
+      "coarse",
+      "--export",
+      dir.file("raw")};
   const std::vector<std::string> env{"SLIPSTREAM_BIN=" + testing::slipstream_bin()};
   auto e = testing::Process("/bin/bash", generate, env).wait(std::chrono::seconds(600));
   ASSERT_EQ(e.code, 0) << e.output;
@@ -305,6 +307,26 @@ TEST(AhmedCfdTest, TheDatasetGeneratorsCaseGoesThroughPrepareTrainAndInfer) {
   EXPECT_NEAR(forces["true"]["CD"].get<double>(), cd, 0.005 * cd) << steps[0].dump();
   EXPECT_NEAR(forces["true"]["CL"].get<double>(), forces["cfd"]["CL"].get<double>(), 0.01 * cd)
       << steps[0].dump();
+  // The same case exported in DrivAerML's layout reads as the same surface
+  // with the same forces.
+  e = testing::run_slipstream({"prepare", "--in", dir.file("raw"), "--out", dir.file("raw_surface"),
+                               "--val-fraction", "0", "dataset=ahmed_surface"},
+                              std::chrono::seconds(300));
+  ASSERT_EQ(e.code, 0) << e.output;
+  e = testing::run_slipstream(
+      {"infer", "--checkpoint", dir.file("runs/generated"), "--data", dir.file("raw_surface"),
+       "--split", "train", "--out", dir.file("infer_raw"), "--device", "cpu"},
+      std::chrono::seconds(300));
+  ASSERT_EQ(e.code, 0) << e.output;
+  const auto raw = records(dir.file("infer_raw/metrics.jsonl"), "infer_step");
+  ASSERT_EQ(raw.size(), 1u);
+  EXPECT_EQ(raw[0]["points"], steps[0]["points"]);
+  for (const char* c : {"CD", "CL"}) {
+    for (const char* which : {"true", "pred", "cfd"}) {
+      EXPECT_NEAR(raw[0]["forces"][which][c].get<double>(), forces[which][c].get<double>(), 1e-6)
+          << which << " " << c;
+    }
+  }
   // Resumable: a finished case is left as it is.
   e = testing::Process("/bin/bash", generate, env).wait(std::chrono::seconds(60));
   ASSERT_EQ(e.code, 0) << e.output;
