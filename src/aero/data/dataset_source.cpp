@@ -96,7 +96,15 @@ DatasetSplits open_dataset(const DatasetSource& source, const std::string& train
   std::vector<std::string> val;
   std::string val_manifest_path = manifest_path;
   if (!val_split.empty() || !source.val_manifest.empty()) {
-    val = split_entries(source, val_split, source.val_manifest, true, val_manifest_path);
+    // A dataset without a val split validates on nothing under the default
+    // name; any other name must be there (a typo must not turn validation off).
+    try {
+      val = split_entries(source, val_split, source.val_manifest, val_split == "val",
+                          val_manifest_path);
+    } catch (const c10::Error& e) {
+      TORCH_CHECK(false, "val_split: ", e.what_without_backtrace(),
+                  "; val_split=null validates on nothing");
+    }
   }
   out.val = open_entries(source, val, val_manifest_path, val_split);
   return out;

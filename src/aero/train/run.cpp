@@ -186,9 +186,14 @@ DatasetSplits splits_of(const TrainSettings& d, const std::string& train_split,
                         const std::string& val_split) {
   if (!d.synthetic_data()) return open_dataset(d.data, train_split, val_split);
   check_synthetic_fits(d);
+  TORCH_CHECK(train_split == "train" && (val_split.empty() || val_split == "val"),
+              "config: the synthetic dataset in memory has splits train and val; train_split is '",
+              train_split, "', val_split '", val_split,
+              "' (val_split=null validates on nothing; a directory's manifest may name others)");
   DatasetSplits out;
   out.train = std::make_shared<SyntheticDataset>(d.synthetic, 0, d.num_train);
-  out.val = std::make_shared<SyntheticDataset>(d.synthetic, d.num_train, d.num_val);
+  out.val = std::make_shared<SyntheticDataset>(d.synthetic, d.num_train,
+                                               val_split.empty() ? 0 : d.num_val);
   return out;
 }
 }  // namespace

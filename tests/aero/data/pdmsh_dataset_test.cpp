@@ -323,6 +323,15 @@ TEST(PdmshDatasetTest, ManifestStylesAndSplitKeys) {
   // No val split at all.
   source.val_manifest.clear();
   EXPECT_EQ(open_dataset(source, "train", "").val->size(), 0u);
+  // The default name may be absent (no validation); a mistyped one may not.
+  source.train_manifest.clear();
+  std::ofstream(dir.file("manifest.json")) << R"({"train": ["run_1"], "val": ["run_2"]})";
+  EXPECT_EQ(open_dataset(source, "train", "val").val->size(), 1u);
+  msg = error_message_of([&] { open_dataset(source, "train", "valid"); });
+  EXPECT_NE(msg.find("val_split"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("no split 'valid' (it has: train, val)"), std::string::npos) << msg;
+  std::ofstream(dir.file("manifest.json")) << R"({"train": ["run_1", "run_2"]})";
+  EXPECT_EQ(open_dataset(source, "train", "val").val->size(), 0u);
 }
 
 TEST(PdmshDatasetTest, AMissingFieldOrBodyIsNamedBeforeTheFirstStep) {

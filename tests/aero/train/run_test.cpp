@@ -56,6 +56,20 @@ TEST(RunTest, PrecisionIsDecidedOnceFromTheSettingAndTheDevice) {
   EXPECT_EQ(inference_precision(Precision::kBf16, cpu), Precision::kFp32);
 }
 
+// The in-memory dataset has splits train and val: another name is refused
+// rather than ignored, and val_split=null validates on nothing.
+TEST(RunTest, TheSyntheticDatasetsSplitsAreTrainAndVal) {
+  testing::TempDir dir;
+  const auto open = [&](const std::string& val) {
+    return open_datasets(resolve_run_spec(testing::load_config(tiny(dir.path(), {val}))));
+  };
+  EXPECT_EQ(open("val_split=val").val->size(), 1u);
+  EXPECT_EQ(open("val_split=null").val->size(), 0u);
+  const auto msg = error_message_of([&] { open("val_split=test"); });
+  EXPECT_NE(msg.find("splits train and val"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'test'"), std::string::npos) << msg;
+}
+
 // model.init_from: the run starts from a PhysicsNeMo .mdlus's weights, and
 // export writes a .mdlus that reads back to the trained weights.
 TEST(RunTest, InitFromAMdlusStartsFromItsWeightsAndExportRoundTrips) {
