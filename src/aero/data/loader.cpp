@@ -85,6 +85,11 @@ Batch make_host_batch(const Sample& s, const LoaderOptions& o, uint64_t generato
     b.weights = point.at(o.weight_field).reshape({-1}).unsqueeze(0).contiguous();
   }
   if (o.force_loss) {
+    // A block read from a file (rows defined) does not say how many cells the
+    // whole surface has, so its integrals cannot be scaled to the whole.
+    TORCH_CHECK(!s.rows.defined(), "loader: loss.forces: sample '", s.id,
+                "' was read as a block of its rows; set dataset.sampling_resolution to at least "
+                "its cell count (every cell a step) to train on its forces");
     const double a_ref = o.force_loss->reference_area.value_or(s.global_scalar("A_ref", 0.0));
     TORCH_CHECK(a_ref > 0, "loader: loss.forces: sample '", s.id,
                 "' has no A_ref global; set force_coefficients.reference_area");

@@ -5,6 +5,7 @@
 #include "aero/data/loader.h"
 #include "aero/data/synthetic.h"
 #include "support/recipe_support.h"
+#include "support/test_support.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -54,6 +55,38 @@ TEST(TransformsTest, NondimensionalizeAndNormalizeRoundTrip) {
   EXPECT_TRUE(torch::allclose(back.narrow(1, 0, 3), s.point("velocity"), 1e-5, 1e-4));
   EXPECT_TRUE(torch::allclose(back.narrow(1, 3, 1), s.point("pressure"), 1e-4, 1e-3));
   EXPECT_TRUE(torch::allclose(back.narrow(1, 4, 1), s.point("nut"), 1e-5, 1e-6));
+}
+
+// loss.forces: a batch carries the weights of its cells, scaled from the
+// kept cells to the sample's; a block read from a file, which does not say
+// how many cells the whole has, and a sample with no surface are refused.
+TEST(TransformsTest, ForceWeightsScaleASubsampleToTheWholeSurface) {
+  SyntheticOptions so;
+  so.kind = "surface";
+  so.points_per_sample = 800;
+  const Sample s = make_synthetic_surface_sample(0, so);
+  LoaderOptions o;
+  o.inputs = InputSpec({{"embedding", {{"points", "normals"}, ""}}});
+  o.fields = testing::surface_field_schema();
+  o.force_loss = ForceLossFrame{};
+  o.sampling_resolution = 0;
+  const Batch whole = make_host_batch(s, o, 1);
+  const int64_t n = s.num_points();
+  ASSERT_EQ(whole.force_weights.sizes(), (std::vector<int64_t>{1, n, 4, 2}));
+  // A quarter of the cells: each weighs four times as much.
+  o.sampling_resolution = n / 4;
+  const Batch quarter = make_host_batch(s, o, 1);
+  EXPECT_NEAR(quarter.force_weights.abs().sum().item<double>() /
+                  whole.force_weights.abs().sum().item<double>(),
+              1.0, 0.2);
+  Sample block = s;
+  block.rows = torch::arange(n, torch::kLong);
+  o.sampling_resolution = 0;
+  const auto msg = testing::error_message_of([&] { make_host_batch(block, o, 1); });
+  EXPECT_NE(msg.find("dataset.sampling_resolution"), std::string::npos) << msg;
+  LoaderOptions vo = options();
+  vo.force_loss = ForceLossFrame{};
+  EXPECT_THROW(make_host_batch(testing::synthetic_sample(0, 100), vo, 1), c10::Error);
 }
 
 TEST(TransformsTest, CenterAndBlockSubsample) {
