@@ -42,7 +42,7 @@ Command add_ahmed_body(CLI::App& app, const CommandContext& /*context*/) {
   sub->add_option("--width", o->body.width, "m (without --case)")->capture_default_str();
   sub->add_option("--height", o->body.height, "m (without --case)")->capture_default_str();
   sub->add_option("--edge", o->edge, "the mesh's edge length, m")->capture_default_str();
-  return {sub, [o] {
+  return {sub, [o]() -> int {
 #ifndef SLIPSTREAM_WITH_VTK
             needs_vtk("ahmed-body");
 #else

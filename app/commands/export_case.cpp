@@ -41,7 +41,7 @@ Command add_export_case(CLI::App& app, const CommandContext& /*context*/) {
       ->capture_default_str();
   sub->add_option("--seed", o->seed, "the draw's seed")->capture_default_str();
   o->fields.add_to(sub);
-  return {sub, [o] {
+  return {sub, [o]() -> int {
 #ifndef SLIPSTREAM_WITH_VTK
             needs_vtk("export-case");
 #else
