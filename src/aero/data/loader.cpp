@@ -119,9 +119,9 @@ Batch make_host_batch(const Sample& s, const LoaderOptions& o, uint64_t generato
       if (!c.defined()) c = narrow(t);
       t = c;
     }
-    b.target = narrow(b.target);
-    if (b.weights.defined()) b.weights = narrow(b.weights);
-    if (b.force_weights.defined()) b.force_weights = narrow(b.force_weights);
+    for (auto [name, t] : b.others()) {
+      if (t->defined()) *t = narrow(*t);
+    }
   }
   return b;
 }
@@ -195,9 +195,9 @@ PrefetchLoader::Item PrefetchLoader::prepare(size_t position,
         if (!d.defined()) d = to_device(t);
         item.batch.inputs[name] = d;
       }
-      item.batch.target = to_device(host.target);
-      item.batch.weights = to_device(host.weights);
-      item.batch.force_weights = to_device(host.force_weights);
+      const auto from = host.others();
+      auto to = item.batch.others();
+      for (size_t i = 0; i < from.size(); ++i) *to[i].second = to_device(*from[i].second);
       item.batch.sample_index = host.sample_index;
       item.batch.sample_id = host.sample_id;
       c10::Event ready(device.type());
@@ -274,7 +274,10 @@ Batch PrefetchLoader::next() {
     for (auto& [name, t] : item.batch.inputs) {
       if (recorded.insert(t.unsafeGetTensorImpl()).second) t.record_stream(current);
     }
-    for (auto* t : {&item.batch.target, &item.batch.weights}) {
+    // Each tensor is used on `current` from here: without this its memory
+    // could go back to the loader's stream, and be overwritten by the next
+    // sample's copy, while this step's kernels still read it.
+    for (auto [name, t] : item.batch.others()) {
       if (t->defined()) t->record_stream(current);
     }
   }

@@ -24,6 +24,7 @@
 #include <c10/core/Event.h>
 #include <torch/types.h>
 
+#include <array>
 #include <condition_variable>
 #include <exception>
 #include <map>
@@ -33,6 +34,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace slipstream::aero {
@@ -68,6 +70,16 @@ struct Batch {
   torch::Tensor force_weights;  // (1, N, C, K) with loss.forces, else undefined
   size_t sample_index = 0;
   std::string sample_id;
+
+  // The per-point tensors besides the inputs, by name, some undefined: the
+  // one list the device copy, the stream bookkeeping, the domain shard and
+  // the CUDA graph's buffers walk, so that a tensor added here reaches all.
+  std::array<std::pair<const char*, torch::Tensor*>, 3> others() {
+    return {{{"<target>", &target}, {"<weights>", &weights}, {"<force_weights>", &force_weights}}};
+  }
+  std::array<std::pair<const char*, const torch::Tensor*>, 3> others() const {
+    return {{{"<target>", &target}, {"<weights>", &weights}, {"<force_weights>", &force_weights}}};
+  }
 };
 
 // The sample order of an epoch for one rank: a permutation of [0, n) drawn
