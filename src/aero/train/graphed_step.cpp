@@ -32,18 +32,14 @@ std::string signature_of(const Batch& b) {
     out << ';';
   };
   for (const auto& [name, t] : b.inputs) describe(name, t);
-  describe("<target>", b.target);
-  describe("<weights>", b.weights);
-  describe("<force_weights>", b.force_weights);
+  for (const auto& [name, t] : b.others()) describe(name, *t);
   return out.str();
 }
 
 // The batch's tensors by name, in one order for batches of one signature.
 std::vector<std::pair<std::string, torch::Tensor>> tensors_of(const Batch& b) {
   std::vector<std::pair<std::string, torch::Tensor>> out(b.inputs.begin(), b.inputs.end());
-  out.emplace_back("<target>", b.target);
-  out.emplace_back("<weights>", b.weights);
-  out.emplace_back("<force_weights>", b.force_weights);
+  for (const auto& [name, t] : b.others()) out.emplace_back(name, *t);
   return out;
 }
 
@@ -62,13 +58,24 @@ bool use_cuda_graph(CudaGraphMode mode, c10::Device device, int world_size) {
   return possible;
 }
 
-GraphedStep::GraphedStep(c10::Device device) : device_(device) {}
+GraphedStep::GraphedStep(c10::Device device, int64_t max_captures)
+    : device_(device), max_captures_(max_captures) {
+  TORCH_CHECK(max_captures >= 1, "GraphedStep: max_captures must be at least 1, got ",
+              max_captures);
+}
 
 LossResult GraphedStep::run(const Batch& batch, const Body& body) {
+  if (gave_up_) return body(batch);
   const std::string signature = signature_of(batch);
   if (!graph_.captured() || signature != signature_) {
     graph_.reset();
     result_ = LossResult{};
+    buffers_ = Batch{};
+    if (captures_ >= max_captures_) {
+      gave_up_ = true;
+      signature_.clear();
+      return body(batch);
+    }
     // A buffer for each distinct tensor: inputs that are one tensor stay one.
     std::map<const void*, torch::Tensor> copies;
     const auto buffer_of = [&](const torch::Tensor& t) {
@@ -77,12 +84,11 @@ LossResult GraphedStep::run(const Batch& batch, const Body& body) {
       if (!c.defined()) c = t.clone();
       return c;
     };
-    buffers_ = Batch{};
     buffers_.sample_index = batch.sample_index;
     for (const auto& [name, t] : batch.inputs) buffers_.inputs.emplace(name, buffer_of(t));
-    buffers_.target = buffer_of(batch.target);
-    buffers_.weights = buffer_of(batch.weights);
-    buffers_.force_weights = buffer_of(batch.force_weights);
+    const auto from = batch.others();
+    auto to = buffers_.others();
+    for (size_t i = 0; i < from.size(); ++i) *to[i].second = buffer_of(*from[i].second);
     graph_.capture(device_, [&] {
       result_ = body(buffers_);
       result_.total = result_.total.detach();

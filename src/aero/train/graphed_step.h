@@ -15,6 +15,14 @@
 // As for CudaGraph::capture, the current stream must be a side stream
 // (SideStreamGuard) on which the body has run once eagerly: the trainer runs
 // a graphed epoch on one from its first step, which is eager.
+//
+// Batches whose shapes keep changing (a surface's every cell, one sample a
+// step, each sample its own cell count) would be captured at nearly every
+// step: a capture costs more than the eager step it replaces, and each one
+// holds a graph's memory. After `max_captures` captures a batch of yet
+// another signature gives the graph up: that call and every later one run
+// the body eagerly, the graph and its buffers are released, and gave_up()
+// says so.
 #pragma once
 
 #include "aero/data/loader.h"
@@ -37,12 +45,14 @@ bool use_cuda_graph(CudaGraphMode mode, c10::Device device, int world_size);
 class GraphedStep {
  public:
   using Body = std::function<LossResult(const Batch&)>;
-  explicit GraphedStep(c10::Device device);
+  static constexpr int64_t kDefaultMaxCaptures = 3;
+  explicit GraphedStep(c10::Device device, int64_t max_captures = kDefaultMaxCaptures);
 
   // This step's losses: tensors the graph rewrites at every replay (read
   // them before the next run(), on the same stream, as the readback does).
   LossResult run(const Batch& batch, const Body& body);
   int64_t captures() const { return captures_; }
+  bool gave_up() const { return gave_up_; }
 
  private:
   c10::Device device_;
@@ -50,7 +60,9 @@ class GraphedStep {
   Batch buffers_;
   LossResult result_;
   std::string signature_;
+  int64_t max_captures_;
   int64_t captures_ = 0;
+  bool gave_up_ = false;
 };
 
 }  // namespace slipstream::aero

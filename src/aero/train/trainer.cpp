@@ -124,7 +124,7 @@ EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
   // nodes must be made on the stream it is captured on): set before the
   // loader and the readback take the current stream.
   const CudaGraphMode graph_mode = s.cuda_graph;
-  const bool graph_steps = use_cuda_graph(graph_mode, device, run_.world_size);
+  const bool graph_steps = use_cuda_graph(graph_mode, device, run_.world_size) && !graphs_given_up_;
   std::optional<SideStreamGuard> graph_stream;
   if (graph_steps) {
     if (!graph_stream_) graph_stream_ = CudaGraph::side_stream(device);
@@ -213,13 +213,27 @@ EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
         phase(Phase::kForward);
         try {
           result = graphed->run(batch, step_body);
+          if (graphed->gave_up() && !graphs_given_up_) {
+            graphs_given_up_ = true;
+            TORCH_CHECK(graph_mode != CudaGraphMode::kOn, "train: step ", global_step_,
+                        ": training.cuda_graph=true, but the batches changed shape after ",
+                        graphed->captures(), " graph captures (use auto, or a ",
+                        "dataset.sampling_resolution below every sample's point count)");
+            std::fprintf(stderr,
+                         "train: step %lld: the batches changed shape after %lld CUDA graph "
+                         "captures; steps run eagerly from here (a dataset.sampling_resolution "
+                         "below every sample's point count keeps one shape)\n",
+                         static_cast<long long>(global_step_),
+                         static_cast<long long>(graphed->captures()));
+          }
         } catch (const std::exception& e) {
           if (graph_mode == CudaGraphMode::kOn) throw;
           std::fprintf(stderr,
                        "train: step %lld: CUDA graph capture failed, steps run eagerly from "
-                       "here (training.cuda_graph=false skips the attempt): %s\n",
+                       "here on (training.cuda_graph=false skips the attempt): %s\n",
                        static_cast<long long>(global_step_), e.what());
           graphed.reset();
+          graphs_given_up_ = true;
           result = step_body(batch);
         }
       } else {

@@ -113,6 +113,9 @@ class Trainer {
   // The stream graphed epochs run on, the same for all of them
   // (training.cuda_graph; graphed_step.h).
   std::optional<c10::Stream> graph_stream_;
+  // Set when an epoch's batches changed shape more often than a graph pays
+  // for (GraphedStep::gave_up): later epochs do not try again.
+  bool graphs_given_up_ = false;
   // The next epoch's train loader, started when this epoch's last batch was
   // handed out, so that its first samples load during the last steps,
   // validation and the checkpoint instead of at the epoch's first step.

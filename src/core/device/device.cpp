@@ -69,6 +69,17 @@ double memory_reserved_gib(c10::Device device) {
   return rss_bytes() / kGiB;
 }
 
+double memory_allocated_gib(c10::Device device) {
+#ifdef SLIPSTREAM_WITH_CUDA
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return static_cast<double>(stats.allocated_bytes[kAggregate].current) / kGiB;
+  }
+#endif
+  (void)device;
+  return 0.0;
+}
+
 double peak_memory_gib(c10::Device device) {
 #ifdef SLIPSTREAM_WITH_CUDA
   if (device.is_cuda()) {

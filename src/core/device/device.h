@@ -18,6 +18,9 @@ c10::Device resolve_device(const std::string& name, int local_rank);
 // reserved bytes (what torch.cuda.memory_reserved() reports), on CPU the
 // process's resident set. Never syncs.
 double memory_reserved_gib(c10::Device device);
+// Bytes in live tensors now (CUDA: the caching allocator's allocated bytes,
+// torch.cuda.memory_allocated(); CPU: 0, not tracked), in GiB.
+double memory_allocated_gib(c10::Device device);
 // Peak since the last reset (CUDA: allocated; CPU: the process's max RSS),
 // in GiB.
 double peak_memory_gib(c10::Device device);

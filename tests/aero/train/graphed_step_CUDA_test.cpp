@@ -4,6 +4,9 @@
 //     left them: its loss and gradients equal an eager step's, a batch of
 //     another shape is captured anew, and inputs that are one tensor stay
 //     one;
+//   - batches that keep changing shape are captured `max_captures` times,
+//     then run eagerly, with the graph's memory given back, and each capture
+//     leaves no memory behind once the next one replaces it;
 //   - the trainer with training.cuda_graph trains the same steps as without
 //     (fp32: to round-off), for Transolver and GeoTransolver (bf16, the ball
 //     query inside the graph).
@@ -94,6 +97,70 @@ TEST(GraphedStepCudaTest, ReplaysTakeEachBatchAndTheUpdatedParameters_CUDA) {
   EXPECT_EQ(graphed.captures(), 2);
   // Each replay saw its own batch: no two steps' losses are the same.
   for (size_t i = 1; i < losses.size(); ++i) EXPECT_NE(losses[i], losses[i - 1]) << i;
+}
+
+// A small model and a batch of n rows whose inputs x and x_again are one tensor.
+Batch rows(int64_t n, c10::Device device) {
+  Batch batch;
+  batch.inputs.emplace("x", torch::randn({n, 5}, device));
+  batch.inputs.emplace("x_again", batch.inputs.at("x"));
+  batch.target = torch::randn({n, 2}, device);
+  return batch;
+}
+
+TEST(GraphedStepCudaTest, BatchesThatKeepChangingShapeGiveTheGraphUpAndItsMemory_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  const c10::Device cuda(c10::kCUDA, 0);
+  torch::manual_seed(0);
+  auto model = torch::nn::Sequential(torch::nn::Linear(5, 256), torch::nn::GELU(),
+                                     torch::nn::Linear(256, 2));
+  model->to(cuda);
+  const SideStreamGuard on_side(CudaGraph::side_stream(cuda));
+  const auto step = mse_step(model);
+  {
+    // Eager first (cuBLAS's handles); its gradients stay, as the trainer's do.
+    const LossResult warm = step(rows(20000, cuda));
+  }
+  synchronize_device(cuda);
+  const double eager_gib = memory_allocated_gib(cuda);
+  // Each capture of a new shape replaces the last: what a graph held (its
+  // activations, buffers) is given back, so the memory in use after the
+  // sixth capture is that after the second, not four graphs more.
+  {
+    GraphedStep graphed(cuda, /*max_captures=*/6);
+    std::vector<double> after;
+    for (int k = 0; k < 6; ++k) {
+      const LossResult r = graphed.run(rows(20000 + 1000 * k, cuda), step);
+      synchronize_device(cuda);
+      after.push_back(memory_allocated_gib(cuda));
+    }
+    EXPECT_EQ(graphed.captures(), 6);
+    EXPECT_FALSE(graphed.gave_up());
+    // One graph's activations here are ~20k x 256 floats x a few, ~60 MB.
+    EXPECT_LT(after[5] - after[1], 0.01)
+        << "GiB in use after captures 2 and 6: " << after[1] << ", " << after[5];
+  }
+  // Eight shapes against three captures: the fourth shape gives the graph
+  // up; every step's loss is still the eager step's.
+  GraphedStep graphed(cuda, /*max_captures=*/3);
+  for (int k = 0; k < 8; ++k) {
+    const Batch batch = rows(20000 + 1000 * k, cuda);
+    torch::Tensor expected;
+    {
+      torch::NoGradGuard no_grad;
+      expected = (model->forward(batch.inputs.at("x")) - batch.target).pow(2).mean();
+    }
+    const LossResult r = graphed.run(batch, step);
+    EXPECT_NEAR(r.scalars.entries().at(0).value.item<double>(), expected.item<double>(),
+                1e-5 * expected.item<double>())
+        << "step " << k;
+    EXPECT_EQ(graphed.gave_up(), k >= 3) << "step " << k;
+  }
+  EXPECT_EQ(graphed.captures(), 3);
+  synchronize_device(cuda);
+  EXPECT_LT(memory_allocated_gib(cuda) - eager_gib, 0.01)
+      << "a given-up graph still holds memory: " << eager_gib << " GiB before, "
+      << memory_allocated_gib(cuda) << " after";
 }
 
 struct Trained {
