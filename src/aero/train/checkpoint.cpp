@@ -22,11 +22,28 @@ namespace {
 
 constexpr const char* kPrefix = "checkpoint_epoch_";
 constexpr const char* kSuffix = ".safetensors";
-constexpr const char* kFormat = "slipstream-checkpoint-v2";
+constexpr const char* kFormat = "slipstream-checkpoint-v3";
+constexpr const char* kFormatV2 = "slipstream-checkpoint-v2";  // no header checksum
 constexpr const char* kFormatV1 = "slipstream-checkpoint-v1";  // no checksums
+constexpr const char* kHeaderChecksum = "header_checksum";
 
 uint32_t checksum(const at::Tensor& cpu) {
   return crc32c(cpu.data_ptr(), cpu.numel() * cpu.element_size());
+}
+
+// The CRC-32C of every metadata entry but the header checksum itself, in key
+// order, each as key NUL value NUL: the run's position, its statistics and
+// the tensors' checksums are covered like the tensors are.
+uint32_t header_checksum(const std::map<std::string, std::string>& metadata) {
+  std::string text;
+  for (const auto& [key, value] : metadata) {
+    if (key == kHeaderChecksum) continue;
+    text += key;
+    text += '\0';
+    text += value;
+    text += '\0';
+  }
+  return crc32c(text.data(), text.size());
 }
 
 // (epochs done, steps into the next) from a file name, or nullopt.
@@ -127,6 +144,7 @@ std::string save_checkpoint(const std::string& dir, const TrainPosition& pos, Mo
   meta["val_step"] = std::to_string(pos.val_step);
   if (!pos.epoch_means.is_null()) meta["epoch_means"] = pos.epoch_means.dump();
   meta["checksums"] = checksums.dump();
+  meta[kHeaderChecksum] = std::to_string(header_checksum(meta));
   write_safetensors(path, tensors, meta);
   return path;
 }
@@ -154,12 +172,20 @@ CheckpointInfo load_checkpoint(const std::string& path, Model* model, MuonAdamW*
     throw CheckpointDamaged("checkpoint: '" + path + "' is damaged: " + e.what_without_backtrace());
   }
   const auto format = f.metadata.count("format") ? f.metadata.at("format") : "";
-  if (format != kFormat && format != kFormatV1) {
+  if (format != kFormat && format != kFormatV2 && format != kFormatV1) {
     throw CheckpointDamaged("checkpoint: '" + path + "' is not a Slipstream checkpoint (format '" +
                             format + "')");
   }
   std::map<std::string, at::Tensor> tensors(f.tensors.begin(), f.tensors.end());
   if (format == kFormat) {
+    const auto it = f.metadata.find(kHeaderChecksum);
+    if (it == f.metadata.end() || it->second != std::to_string(header_checksum(f.metadata))) {
+      throw CheckpointDamaged("checkpoint: '" + path +
+                              "' is damaged: its header (the run's position, the fields' "
+                              "statistics, the tensors' checksums) does not match its checksum");
+    }
+  }
+  if (format == kFormat || format == kFormatV2) {
     nlohmann::json sums;
     try {
       sums = nlohmann::json::parse(f.metadata.at("checksums"));
@@ -170,6 +196,14 @@ CheckpointInfo load_checkpoint(const std::string& path, Model* model, MuonAdamW*
       if (!sums.contains(name) || sums[name].get<uint32_t>() != checksum(t.contiguous())) {
         throw CheckpointDamaged("checkpoint: '" + path + "' is damaged: tensor '" + name +
                                 "' does not match its checksum");
+      }
+    }
+    // A tensor that was written is there: one missing is damage, not
+    // another config.
+    for (const auto& [name, sum] : sums.items()) {
+      if (!tensors.count(name)) {
+        throw CheckpointDamaged("checkpoint: '" + path + "' is damaged: tensor '" + name +
+                                "' was written but is missing");
       }
     }
   }

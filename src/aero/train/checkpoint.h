@@ -3,13 +3,15 @@
 //   <dir>/checkpoint_epoch_<E>_step_<S>.safetensors   E epochs and S steps of the next (a stop)
 // holding "model.<name>" (every parameter), "optim.<name>" (the optimizer
 // state) and metadata: the format, where the run stands (TrainPosition), a
-// CRC-32C of every tensor, and what the run adds (the precision, the target
-// fields with their statistics, the model family and its input widths).
+// CRC-32C of every tensor, what the run adds (the precision, the target
+// fields with their statistics, the model family and its input widths), and
+// a CRC-32C of all of that metadata (the header checksum).
 //
 // A save refuses, before writing anything, a state holding a non-finite
 // value; it writes to a temp file and renames, so a crash never leaves a
 // partial checkpoint under the final name. A load checks everything before
-// it copies anything: the format, every tensor's checksum (a mismatch is
+// it copies anything: the format, the header's checksum, every tensor's
+// checksum and that every tensor written is there (any failure is
 // CheckpointDamaged: the file is not what was written), then every name,
 // shape and dtype against the model and optimizer (CheckpointMismatch,
 // listing every difference: the checkpoint is of another config).

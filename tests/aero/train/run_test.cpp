@@ -5,8 +5,10 @@
 #include "aero/train/run.h"
 #include "aero/interop/mdlus.h"
 #include "aero/model/registry.h"
+#include "aero/train/checkpoint.h"
 #include "aero/train/trainer.h"
 #include "core/device/device.h"
+#include "core/io/safetensors.h"
 #include "support/recipe_support.h"
 #include "support/test_support.h"
 
@@ -18,6 +20,8 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 
 namespace slipstream::aero {
@@ -157,6 +161,76 @@ TEST(RunTest, TheCheckpointRecordsThePrecisionAndInferenceFollowsIt) {
   const auto pred = fp32.predict(s, 100);
   EXPECT_EQ(pred.sizes(), (std::vector<int64_t>{300, 5}));
   EXPECT_TRUE(torch::isfinite(pred).all().item<bool>());
+}
+
+// The header is under a checksum as the tensors are: a changed digit in the
+// run's position is damage, not an extra epoch; a tensor the header lists
+// but the file lacks is damage, not another config; a file of the format
+// before the header checksum still loads.
+TEST(RunTest, TheCheckpointHeaderIsUnderItsChecksumAndAMissingTensorIsDamage) {
+  testing::TempDir dir;
+  auto run =
+      build_run(testing::load_config(tiny(dir.path(), {"precision=fp32"})), DistributedEnv{});
+  const std::string ckpt_dir = dir.path() + "/ckpt";
+  const std::string path =
+      save_checkpoint(ckpt_dir, TrainPosition{7, 0, 99, 0, nullptr}, *run->model, *run->optimizer,
+                      run->checkpoint_metadata());
+  ASSERT_EQ(load_checkpoint(path, run->model.get(), run->optimizer.get()).position.epochs_done, 7);
+  const auto read_bytes = [](const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const auto write_bytes = [](const std::string& p, const std::string& bytes) {
+    std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
+  };
+  const std::string good = read_bytes(path);
+  // One digit of the header changed in place: epoch 7 becomes 8.
+  std::string bad = good;
+  const auto at = bad.find("\"epoch\":\"7\"");
+  ASSERT_NE(at, std::string::npos);
+  bad[at + 9] = '8';
+  write_bytes(path, bad);
+  try {
+    load_checkpoint(path, run->model.get(), run->optimizer.get());
+    ADD_FAILURE() << "a changed header loaded";
+  } catch (const CheckpointDamaged& e) {
+    EXPECT_NE(std::string(e.what()).find("its header"), std::string::npos) << e.what();
+  }
+  // The same header over a file without one optimizer tensor.
+  write_bytes(path, good);
+  SafetensorsFile f = read_safetensors(path);
+  std::vector<std::pair<std::string, at::Tensor>> kept;
+  std::string dropped;
+  for (const auto& [name, t] : f.tensors) {
+    if (dropped.empty() && name.rfind("optim.", 0) == 0) {
+      dropped = name;
+      continue;
+    }
+    kept.emplace_back(name, t.clone());
+  }
+  ASSERT_FALSE(dropped.empty());
+  const auto metadata = f.metadata;
+  f = SafetensorsFile{};
+  write_safetensors(path, kept, metadata);
+  try {
+    load_checkpoint(path, run->model.get(), run->optimizer.get());
+    ADD_FAILURE() << "a checkpoint without '" << dropped << "' loaded";
+  } catch (const CheckpointDamaged& e) {
+    EXPECT_NE(std::string(e.what()).find("'" + dropped + "' was written but is missing"),
+              std::string::npos)
+        << e.what();
+  }
+  // The format before the header checksum: tensors checked, header trusted.
+  write_bytes(path, good);
+  f = read_safetensors(path);
+  std::vector<std::pair<std::string, at::Tensor>> all;
+  for (const auto& [name, t] : f.tensors) all.emplace_back(name, t.clone());
+  auto v2 = f.metadata;
+  v2.erase("header_checksum");
+  v2["format"] = "slipstream-checkpoint-v2";
+  f = SafetensorsFile{};
+  write_safetensors(path, all, v2);
+  EXPECT_EQ(load_checkpoint(path, run->model.get(), run->optimizer.get()).position.epochs_done, 7);
 }
 
 TEST(RunTest, BenchReportsThePrecisionTheRunDecided) {
