@@ -60,6 +60,8 @@ std::string error_message_of(const std::function<void()>& f) {
     f();
   } catch (const c10::Error& e) {
     return e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    return e.what();
   }
   return "";
 }

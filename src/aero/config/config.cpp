@@ -330,6 +330,17 @@ Config Config::load_resolved(const std::string& path) {
   return cfg;
 }
 
+Config Config::parse_resolved(const std::string& yaml, const std::string& origin) {
+  Config cfg;
+  try {
+    cfg.root_ = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    TORCH_CHECK(false, "config: the resolved config of ", origin, " does not parse: ", e.what());
+  }
+  TORCH_CHECK(cfg.root_.IsMap(), "config: the resolved config of ", origin, " is not a mapping");
+  return cfg;
+}
+
 YAML::Node Config::lookup(const std::string& key) const {
   known_->insert(key);
   YAML::Node node = YAML::Clone(root_);

@@ -30,6 +30,8 @@ class Config {
 
   // A resolved config as written to a run directory (no merging).
   static Config load_resolved(const std::string& path);
+  // The same from its text (a checkpoint's own copy); `origin` names it in errors.
+  static Config parse_resolved(const std::string& yaml, const std::string& origin);
 
   // Typed access by dotted key; throws naming the key when it is missing or
   // of the wrong type. Every access marks the key as known (see

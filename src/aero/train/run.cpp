@@ -382,6 +382,15 @@ std::map<std::string, std::string> Run::checkpoint_metadata() const {
       {"model", config.get<std::string>("model.name")},
       {"model_shape",
        nlohmann::json{{"input_widths", shape.input_widths}, {"out_dim", shape.out_dim}}.dump()}};
+  nlohmann::json inputs = nlohmann::json::array();
+  for (const auto& [name, source] : spec.inputs.inputs()) {
+    inputs.push_back({{"name", name}, {"from", source.names}, {"expand_like", source.expand_like}});
+  }
+  meta["inputs"] = inputs.dump();
+  const auto& t = spec.settings.transforms;
+  meta["transforms"] =
+      nlohmann::json{{"center", t.center}, {"scale_by_L_ref", t.scale_by_L_ref}}.dump();
+  meta["config"] = config.to_yaml();
   if (!envelope.empty()) meta["envelope"] = envelope.to_json().dump();
   return meta;
 }
@@ -453,13 +462,19 @@ TrainedModel load_trained(const std::string& checkpoint, c10::Device device) {
   // A run directory stands for its checkpoints/ (the newest complete one).
   if (fs::is_directory(ckpt) && fs::is_directory(ckpt / "checkpoints")) ckpt /= "checkpoints";
   const fs::path ckpt_dir = fs::is_directory(ckpt) ? ckpt : ckpt.parent_path();
-  const std::string config_path = (ckpt_dir.parent_path() / "resolved_config.yaml").string();
-  TORCH_CHECK(fs::is_regular_file(config_path), "checkpoint: no resolved_config.yaml beside '",
-              checkpoint, "' (looked for '", config_path, "')");
-  const Config config = Config::load_resolved(config_path);
   auto info = load_newest_checkpoint(ckpt.string(), nullptr, nullptr);
   TORCH_CHECK(info.has_value(), "checkpoint: no complete checkpoint in '", checkpoint, "'");
   const auto& meta = info->metadata;
+  // The checkpoint's own copy of its run's config, which no later run can
+  // rewrite; the resolved_config.yaml beside it for checkpoints without one.
+  const std::string config_path = (ckpt_dir.parent_path() / "resolved_config.yaml").string();
+  TORCH_CHECK(meta.count("config") || fs::is_regular_file(config_path), "checkpoint: '", info->path,
+              "' holds no config and there is no resolved_config.yaml "
+              "beside it (looked for '",
+              config_path, "')");
+  const Config config = meta.count("config")
+                            ? Config::parse_resolved(meta.at("config"), "'" + info->path + "'")
+                            : Config::load_resolved(config_path);
   auto need = [&](const char* key) -> const std::string& {
     auto it = meta.find(key);
     TORCH_CHECK(it != meta.end(), "checkpoint: '", info->path, "' does not record '", key,

@@ -4,9 +4,48 @@
 
 #include <torch/torch.h>
 
+#include <nlohmann/json.hpp>
+
 #include <iostream>
+#include <map>
+#include <string>
+#include <vector>
 
 namespace slipstream::aero {
+
+std::vector<std::string> meaning_differences(const std::map<std::string, std::string>& checkpoint,
+                                             const std::map<std::string, std::string>& run) {
+  // What the weights mean: which fields they predict, in which order and
+  // units (statistics, nondimensionalisation), from which inputs, after which
+  // transforms, at which precision, in which model. The schedule, the
+  // logging and the device may change on a resume; these may not.
+  static const std::vector<std::pair<const char*, const char*>> keys = {
+      {"fields", "the target fields (their order, statistics or nondimensionalisation)"},
+      {"inputs", "the model's inputs (their order or their sources)"},
+      {"transforms", "the sample transforms (dataset.transforms.center, scale_by_L_ref)"},
+      {"precision", "the precision"},
+      {"model", "the model"},
+      {"model_shape", "the model's input and output widths"}};
+  std::vector<std::string> out;
+  for (const auto& [key, what] : keys) {
+    const auto c = checkpoint.find(key);
+    const auto r = run.find(key);
+    if (c == checkpoint.end() || r == run.end()) continue;  // not recorded by older versions
+    bool same = c->second == r->second;
+    if (!same) {
+      // The same JSON written another way is the same meaning.
+      try {
+        same = nlohmann::json::parse(c->second) == nlohmann::json::parse(r->second);
+      } catch (const std::exception&) {
+      }
+    }
+    if (!same) {
+      out.push_back(std::string(what) + ": the checkpoint has " + c->second + ", this config has " +
+                    r->second);
+    }
+  }
+  return out;
+}
 
 TrainPosition resume_position(Run& run, RunDirectory* dir) {
   const auto& s = run.settings();
@@ -27,6 +66,17 @@ TrainPosition resume_position(Run& run, RunDirectory* dir) {
     // steps it logged are trained again.
     if (dir != nullptr) dir->trim_logs(TrainPosition{});
     return {};
+  }
+  const auto differences = meaning_differences(info->metadata, run.checkpoint_metadata());
+  if (!differences.empty()) {
+    std::string list;
+    for (const auto& d : differences) list += "\n  " + d;
+    throw CheckpointMismatch("checkpoint: '" + info->path +
+                             "' was trained on data of another meaning; " +
+                             std::to_string(differences.size()) + " difference(s):" + list +
+                             "\nNothing was overwritten. Resume with the config it was written "
+                             "with (the checkpoint holds it: its 'config' metadata), or train "
+                             "under another run_id.");
   }
   const TrainPosition& p = info->position;
   if (run.rank == 0) {

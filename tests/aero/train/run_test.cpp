@@ -233,6 +233,49 @@ TEST(RunTest, TheCheckpointHeaderIsUnderItsChecksumAndAMissingTensorIsDamage) {
   EXPECT_EQ(load_checkpoint(path, run->model.get(), run->optimizer.get()).position.epochs_done, 7);
 }
 
+// A resume checks what the weights mean, not only their shapes: another
+// normalisation or another centring is refused, naming it, before the run
+// writes anything; a change of schedule resumes. Inference reads the
+// checkpoint's own config, whatever the run directory's copy says since.
+TEST(RunTest, AResumeOfAnotherMeaningIsRefusedAndInferenceReadsTheCheckpointsOwnConfig) {
+  testing::TempDir dir;
+  auto first =
+      build_run(testing::load_config(tiny(dir.path(), {"precision=fp32"})), DistributedEnv{});
+  Trainer(*first).fit();
+  const std::string resolved = dir.path() + "/r/resolved_config.yaml";
+  const auto read_text = [](const std::string& p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string written = read_text(resolved);
+  struct Case {
+    const char* override_;
+    const char* named;
+  };
+  for (const auto& c : {Case{"dataset.normalization.pressure.std=0.5", "the target fields"},
+                        Case{"dataset.transforms.center=true", "the sample transforms"}}) {
+    auto run = build_run(testing::load_config(tiny(
+                             dir.path(), {"precision=fp32", "training.num_epochs=2", c.override_})),
+                         DistributedEnv{});
+    const auto msg = testing::error_message_of([&] { Trainer(*run).fit(); });
+    EXPECT_NE(msg.find("another meaning"), std::string::npos) << c.override_ << ": " << msg;
+    EXPECT_NE(msg.find(c.named), std::string::npos) << c.override_ << ": " << msg;
+    EXPECT_EQ(read_text(resolved), written) << c.override_;
+  }
+  auto longer =
+      build_run(testing::load_config(tiny(dir.path(), {"precision=fp32", "training.num_epochs=2"})),
+                DistributedEnv{});
+  const TrainResult resumed = Trainer(*longer).fit();
+  EXPECT_EQ(resumed.start_epoch, 1);
+  EXPECT_EQ(resumed.train.size(), 1u);
+  // The run directory's copy rewritten as another run would: inference
+  // still has the checkpoint's fields and statistics.
+  std::ofstream(resolved, std::ios::trunc) << "dataset: {normalization: {pressure: {std: 9}}}\n";
+  const TrainedModel t = load_trained(dir.path() + "/r", c10::Device(c10::kCPU));
+  EXPECT_EQ(t.fields, first->spec.fields);
+  EXPECT_EQ(t.spec.fields, first->spec.fields);
+}
+
 TEST(RunTest, BenchReportsThePrecisionTheRunDecided) {
   testing::TempDir dir;
   const char* bin = std::getenv("SLIPSTREAM_BIN");
