@@ -5,11 +5,23 @@
 
 #ifdef SLIPSTREAM_WITH_CUDA
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
 
+#include <atomic>
+
 namespace slipstream {
+
+namespace {
+// Set when a captured graph is dropped. Its memory pool may then be given
+// back, but the caching allocator gives such pools back only when an
+// allocation made outside a capture finds the device full: a new capture
+// would put its own pool on top (reserved memory grew by a whole step's
+// activations at each epoch's capture until a capture ran out of memory).
+std::atomic<bool> dropped_graph_pools{false};
+}  // namespace
 
 struct CudaGraph::Impl {
 #ifdef SLIPSTREAM_WITH_CUDA
@@ -19,7 +31,7 @@ struct CudaGraph::Impl {
 
 CudaGraph::CudaGraph() : impl_(std::make_unique<Impl>()) {}
 
-CudaGraph::~CudaGraph() = default;
+CudaGraph::~CudaGraph() { reset(); }
 
 bool CudaGraph::supported(c10::Device device) {
 #ifdef SLIPSTREAM_WITH_CUDA
@@ -46,6 +58,7 @@ void CudaGraph::capture(c10::Device device, const std::function<void()>& body) {
 #ifdef SLIPSTREAM_WITH_CUDA
   reset();
   const c10::cuda::CUDAGuard device_guard(device);
+  if (dropped_graph_pools.exchange(false)) c10::cuda::CUDACachingAllocator::emptyCache();
   TORCH_CHECK(c10::cuda::getCurrentCUDAStream(device.index()) !=
                   c10::cuda::getDefaultCUDAStream(device.index()),
               "CUDA graphs: capture on a side stream (SideStreamGuard), not the default one");
@@ -60,6 +73,7 @@ void CudaGraph::capture(c10::Device device, const std::function<void()>& body) {
       graph->capture_end();
     } catch (...) {
     }
+    dropped_graph_pools = true;
     throw;
   }
   graph->capture_end();
@@ -86,7 +100,10 @@ bool CudaGraph::captured() const {
 
 void CudaGraph::reset() {
 #ifdef SLIPSTREAM_WITH_CUDA
-  impl_->graph.reset();
+  if (impl_->graph) {
+    impl_->graph.reset();
+    dropped_graph_pools = true;
+  }
 #endif
 }
 

@@ -42,7 +42,10 @@ class CudaGraph {
   // A stream of the pool for a graph's work on `device` (CUDA builds).
   static c10::Stream side_stream(c10::Device device);
 
-  // Records `body`'s work on `device` (dropping any earlier graph). Throws
+  // Records `body`'s work on `device` (dropping any earlier graph). When a
+  // graph (this one's or another's) was dropped since the last capture, its
+  // pool is first given back to the device with the caching allocator's
+  // other unused blocks (a device sync, once a capture). Throws
   // what `body` or the capture throws (an op that syncs or copies from
   // pageable memory cannot be captured); the graph is then empty.
   void capture(c10::Device device, const std::function<void()>& body);

@@ -7,6 +7,8 @@
 //   - batches that keep changing shape are captured `max_captures` times,
 //     then run eagerly, with the graph's memory given back, and each capture
 //     leaves no memory behind once the next one replaces it;
+//   - a graph dropped (an epoch's, or one replaced by a new shape's) gives
+//     its memory pool to the next capture rather than keeping it reserved;
 //   - the trainer with training.cuda_graph trains the same steps as without
 //     (fp32: to round-off), for Transolver and GeoTransolver (bf16, the ball
 //     query inside the graph).
@@ -161,6 +163,42 @@ TEST(GraphedStepCudaTest, BatchesThatKeepChangingShapeGiveTheGraphUpAndItsMemory
   EXPECT_LT(memory_allocated_gib(cuda) - eager_gib, 0.01)
       << "a given-up graph still holds memory: " << eager_gib << " GiB before, "
       << memory_allocated_gib(cuda) << " after";
+}
+
+TEST(GraphedStepCudaTest, ADroppedGraphGivesItsMemoryToTheNextCapture_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  const c10::Device cuda(c10::kCUDA, 0);
+  const SideStreamGuard on_side(CudaGraph::side_stream(cuda));
+  // Each capture allocates 1 GiB from its graph's pool. The graphs come and
+  // go as the trainer's do (one an epoch), then one graph is captured anew
+  // several times (a new shape): the device's reserved memory stays that of
+  // one graph, not one more GiB a capture.
+  const int64_t n = int64_t{1} << 28;  // floats
+  const auto body = [&] {
+    const auto t = torch::ones({n}, torch::TensorOptions().device(cuda));
+    (void)t.sum();
+  };
+  body();
+  synchronize_device(cuda);
+  std::vector<double> reserved;
+  for (int k = 0; k < 4; ++k) {
+    CudaGraph g;
+    g.capture(cuda, body);
+    g.replay();
+    synchronize_device(cuda);
+    reserved.push_back(memory_reserved_gib(cuda));
+  }
+  CudaGraph again;
+  for (int k = 0; k < 3; ++k) {
+    again.capture(cuda, body);
+    again.replay();
+    synchronize_device(cuda);
+    reserved.push_back(memory_reserved_gib(cuda));
+  }
+  for (size_t k = 1; k < reserved.size(); ++k) {
+    EXPECT_LT(reserved[k] - reserved[0], 0.5) << "GiB reserved after capture " << k + 1 << ": "
+                                              << reserved[k] << ", after the first " << reserved[0];
+  }
 }
 
 struct Trained {
