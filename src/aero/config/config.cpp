@@ -1,5 +1,7 @@
 #include "aero/config/config.h"
 
+#include "core/text/join.h"
+
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -92,12 +94,6 @@ std::string closest(const std::string& key, const std::vector<std::string>& cand
     }
   }
   return best;
-}
-
-std::string join(const std::vector<std::string>& xs) {
-  std::string out;
-  for (const auto& x : xs) out += (out.empty() ? "" : ", ") + x;
-  return out;
 }
 
 // Parses `text` as the type of `existing`; throws naming the key.

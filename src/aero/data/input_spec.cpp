@@ -1,5 +1,7 @@
 #include "aero/data/input_spec.h"
 
+#include "core/text/join.h"
+
 #include <c10/util/Exception.h>
 #include <torch/torch.h>
 #include <yaml-cpp/yaml.h>
@@ -7,12 +9,6 @@
 namespace slipstream::aero {
 
 namespace {
-
-std::string join(const std::vector<std::string>& xs) {
-  std::string out;
-  for (const auto& x : xs) out += (out.empty() ? "" : ", ") + x;
-  return out;
-}
 
 std::vector<std::string> names_of(const YAML::Node& n, const std::string& key) {
   if (n.IsScalar()) return {n.as<std::string>()};

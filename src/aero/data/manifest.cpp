@@ -1,5 +1,7 @@
 #include "aero/data/manifest.h"
 
+#include "core/text/join.h"
+
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
@@ -10,12 +12,6 @@
 namespace slipstream::aero {
 
 namespace {
-
-std::string join(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out.empty() ? "none" : out;
-}
 
 std::vector<std::string> string_list(const nlohmann::json& list, const std::string& where) {
   std::vector<std::string> out;
@@ -86,7 +82,7 @@ const std::vector<std::string>& Manifest::split(const std::string& name) const {
   if (!named_splits) return entries;
   auto it = splits.find(name);
   TORCH_CHECK(it != splits.end(), "dataset: manifest '", path, "' has no split '", name,
-              "' (it has: ", join(split_names()), ")");
+              "' (it has: ", join(split_names(), ", ", "none"), ")");
   return it->second;
 }
 

@@ -2,6 +2,7 @@
 
 #include "core/io/atomic_file.h"
 #include "core/io/crc32c.h"
+#include "core/text/join.h"
 
 #include <torch/torch.h>
 
@@ -39,12 +40,6 @@ std::set<std::string> split_names(const std::string& list) {
   for (std::string name; std::getline(ss, name, ',');) {
     if (!name.empty()) out.insert(name);
   }
-  return out;
-}
-
-std::string join(const std::set<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ",") + n;
   return out;
 }
 
@@ -232,7 +227,7 @@ void write_sample_file(const std::string& path, const Sample& s, const SampleWri
   for (const auto& [name, t] : mesh) tensors.emplace_back(kMeshPrefix + name, t);
   tensors.insert(tensors.end(), checksums.begin(), checksums.end());
   write_safetensors(path, tensors,
-                    file_metadata(s.id, globals, n, o, seed, mean_text, join(nonfinite)));
+                    file_metadata(s.id, globals, n, o, seed, mean_text, join(nonfinite, ",")));
 }
 
 // --- SampleFileStreamWriter ----------------------------------------------
@@ -356,8 +351,9 @@ void SampleFileStreamWriter::commit(const std::string& id,
     specs.push_back({kChecksumPrefix + name, torch::kInt, {chunks}});
   }
   const auto n = static_cast<double>(rows_);
-  const auto meta = file_metadata(id, global_names, rows_, options_, seed_,
-                                  mean_of(sum_[0] / n, sum_[1] / n, sum_[2] / n), join(nonfinite_));
+  const auto meta =
+      file_metadata(id, global_names, rows_, options_, seed_,
+                    mean_of(sum_[0] / n, sum_[1] / n, sum_[2] / n), join(nonfinite_, ","));
   std::vector<uint64_t> offsets;
   const std::string head = safetensors_header(specs, meta, &offsets);
   AtomicFileWriter out(path_);

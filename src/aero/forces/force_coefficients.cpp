@@ -1,5 +1,7 @@
 #include "aero/forces/force_coefficients.h"
 
+#include "aero/geometry/vec3.h"
+
 #include <c10/util/Exception.h>
 #include <torch/torch.h>
 
@@ -11,16 +13,14 @@ namespace slipstream::aero {
 
 namespace {
 
-double dot(const Vec3& a, const Vec3& b) { return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]; }
-Vec3 scaled(const Vec3& a, double s) { return {a[0] * s, a[1] * s, a[2] * s}; }
-Vec3 minus(const Vec3& a, const Vec3& b) { return {a[0] - b[0], a[1] - b[1], a[2] - b[2]}; }
-Vec3 cross(const Vec3& a, const Vec3& b) {
-  return {a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]};
-}
+using vec3::cross;
+using vec3::dot;
+using vec3::scale;
+using vec3::sub;
 Vec3 unit(const Vec3& a, const char* what) {
   const double n = std::sqrt(dot(a, a));
   TORCH_CHECK(n > 0 && std::isfinite(n), "forces: the ", what, " direction is zero or not finite");
-  return scaled(a, 1.0 / n);
+  return scale(a, 1.0 / n);
 }
 Vec3 as_vec(const torch::Tensor& t) {
   const auto d = t.to(torch::kDouble).contiguous();
@@ -50,7 +50,7 @@ AxisFrame axis_frame(const Vec3& flow, const Vec3& up_in) {
   AxisFrame f;
   f.drag = unit(flow, "flow");
   const Vec3 up = unit(up_in, "up");
-  Vec3 lift = minus(up, scaled(f.drag, dot(up, f.drag)));
+  Vec3 lift = sub(up, scale(f.drag, dot(up, f.drag)));
   if (std::sqrt(dot(lift, lift)) < 1e-8) {
     // `up` is along the flow: use the world axis least aligned with it.
     int axis = 0;
@@ -59,7 +59,7 @@ AxisFrame axis_frame(const Vec3& flow, const Vec3& up_in) {
     }
     Vec3 world{0, 0, 0};
     world[axis] = 1.0;
-    lift = minus(world, scaled(f.drag, dot(world, f.drag)));
+    lift = sub(world, scale(f.drag, dot(world, f.drag)));
   }
   f.lift = unit(lift, "lift");
   f.side = unit(cross(f.lift, f.drag), "side");

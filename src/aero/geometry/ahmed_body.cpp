@@ -1,5 +1,7 @@
 #include "aero/geometry/ahmed_body.h"
 
+#include "aero/geometry/vec3.h"
+
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -34,10 +36,8 @@ Section section_at(const AhmedBody& b, double x) {
   return {x, 0.5 * b.width - a, b.clearance + a, std::min(roof - a, roof - drop)};
 }
 
-Point cross(const Point& u, const Point& v) {
-  return {u[1] * v[2] - u[2] * v[1], u[2] * v[0] - u[0] * v[2], u[0] * v[1] - u[1] * v[0]};
-}
-Point minus(const Point& u, const Point& v) { return {u[0] - v[0], u[1] - v[1], u[2] - v[2]}; }
+using vec3::cross;
+using vec3::sub;
 
 // A draw in [0, 1) from the generator's raw bits (the same on every
 // standard library, unlike std::uniform_real_distribution).
@@ -145,8 +145,8 @@ TriangleMesh ahmed_body_mesh(const AhmedBody& b, double edge) {
     }
     const auto add = [&](int64_t p, int64_t q, int64_t w) {
       const auto& vp = mesh.vertices[static_cast<size_t>(p)];
-      const Point n = cross(minus(mesh.vertices[static_cast<size_t>(q)], vp),
-                            minus(mesh.vertices[static_cast<size_t>(w)], vp));
+      const Point n = cross(sub(mesh.vertices[static_cast<size_t>(q)], vp),
+                            sub(mesh.vertices[static_cast<size_t>(w)], vp));
       if (n[0] * facing >= 0) {
         mesh.faces.push_back({p, q, w});
       } else {

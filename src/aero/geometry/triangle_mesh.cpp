@@ -1,5 +1,7 @@
 #include "aero/geometry/triangle_mesh.h"
 
+#include "aero/geometry/vec3.h"
+
 #include "core/process/parallel.h"
 
 #include <ATen/Parallel.h>
@@ -14,15 +16,13 @@
 namespace slipstream::aero {
 
 namespace {
-using V3 = std::array<double, 3>;
-V3 sub(const V3& a, const V3& b) { return {a[0] - b[0], a[1] - b[1], a[2] - b[2]}; }
-V3 add(const V3& a, const V3& b) { return {a[0] + b[0], a[1] + b[1], a[2] + b[2]}; }
-V3 scale(const V3& a, double s) { return {a[0] * s, a[1] * s, a[2] * s}; }
-double dot(const V3& a, const V3& b) { return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]; }
-V3 cross(const V3& a, const V3& b) {
-  return {a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]};
-}
-double norm(const V3& a) { return std::sqrt(dot(a, a)); }
+using V3 = vec3::Vec3;
+using vec3::add;
+using vec3::cross;
+using vec3::dot;
+using vec3::norm;
+using vec3::scale;
+using vec3::sub;
 V3 unit(const V3& a) {
   const double n = norm(a);
   return n > 0 ? scale(a, 1.0 / n) : V3{0, 0, 0};

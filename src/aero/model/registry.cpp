@@ -3,6 +3,7 @@
 #include "aero/model/geotransolver.h"
 #include "aero/model/transolver.h"
 #include "core/process/host_memory.h"
+#include "core/text/join.h"
 
 #include <c10/util/Exception.h>
 
@@ -226,12 +227,6 @@ const std::vector<Family>& families() {
        geotransolver_from_args},
   };
   return all;
-}
-
-std::string join(const std::vector<std::string>& xs) {
-  std::string out;
-  for (const auto& x : xs) out += (out.empty() ? "" : ", ") + x;
-  return out;
 }
 
 }  // namespace

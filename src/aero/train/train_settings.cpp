@@ -1,6 +1,7 @@
 #include "aero/train/train_settings.h"
 
 #include "aero/train/run_directory.h"
+#include "core/text/join.h"
 
 #include <c10/util/Exception.h>
 
@@ -48,12 +49,6 @@ YAML::Node section(const Config& c, const std::string& key) {
   if (!n.IsDefined() || n.IsNull()) return YAML::Node();
   TORCH_CHECK(n.IsMap(), "config: '", key, "' must map target names to values");
   return n;
-}
-
-std::string join(const std::vector<std::string>& xs) {
-  std::string out;
-  for (const auto& x : xs) out += (out.empty() ? "" : ", ") + x;
-  return out;
 }
 
 Vec3 vec3(const Config& c, const std::string& key) {
