@@ -6,6 +6,7 @@
 #include "aero/data/dataset.h"
 #include "aero/data/loader.h"
 #include "core/device/device.h"
+#include "support/cuda_skip.h"
 #include "support/recipe_support.h"
 
 #include <gtest/gtest.h>
@@ -18,9 +19,6 @@
 
 namespace slipstream::aero {
 namespace {
-
-#define SKIP_WITHOUT_CUDA() \
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
 
 // Every tensor of a batch, inputs and the others (target, weights, force
 // weights) alike.

@@ -10,6 +10,7 @@
 #include "aero/model/transolver.h"
 #include "core/device/device.h"
 
+#include "support/cuda_skip.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
@@ -25,9 +26,6 @@
 
 namespace slipstream::aero {
 namespace {
-
-#define SKIP_WITHOUT_CUDA() \
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
 
 struct Result {
   torch::Tensor out;

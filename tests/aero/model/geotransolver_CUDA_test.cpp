@@ -9,6 +9,7 @@
 #include "core/device/device.h"
 #include "core/io/safetensors.h"
 
+#include "support/cuda_skip.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
@@ -25,9 +26,6 @@
 
 namespace slipstream::aero {
 namespace {
-
-#define SKIP_WITHOUT_CUDA() \
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
 
 using testing::relative_error;
 

@@ -11,6 +11,7 @@
 #include "core/device/cuda_graph.h"
 #include "core/device/device.h"
 
+#include "support/cuda_skip.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
@@ -23,9 +24,6 @@
 
 namespace slipstream::aero {
 namespace {
-
-#define SKIP_WITHOUT_CUDA() \
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
 
 using testing::relative_error;
 

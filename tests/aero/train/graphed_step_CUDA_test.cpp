@@ -15,6 +15,7 @@
 #include "aero/train/graphed_step.h"
 #include "aero/train/trainer.h"
 #include "core/device/device.h"
+#include "support/cuda_skip.h"
 #include "support/recipe_support.h"
 #include "support/test_support.h"
 
@@ -27,9 +28,6 @@
 
 namespace slipstream::aero {
 namespace {
-
-#define SKIP_WITHOUT_CUDA() \
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
 
 using testing::relative_error;
 

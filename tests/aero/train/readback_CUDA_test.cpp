@@ -13,6 +13,7 @@
 #include "core/device/device.h"
 #include "core/distributed/process_group.h"
 #include "core/readback/step_readback.h"
+#include "support/cuda_skip.h"
 #include "support/multiprocess.h"
 #include "support/recipe_support.h"
 #include "support/test_support.h"
@@ -28,9 +29,6 @@
 
 namespace slipstream::aero {
 namespace {
-
-#define SKIP_WITHOUT_CUDA() \
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
 
 // Restores the sync debug mode on scope exit.
 struct SyncDebugScope {
