@@ -24,6 +24,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <string>
 #include <vector>
 
 namespace slipstream::aero {
@@ -253,8 +255,12 @@ TEST(GraphedStepCudaTest, TheTrainerTrainsTheSameStepsWithAndWithoutAGraph_CUDA)
     // fused kernels' atomics add in no fixed order, and AdamW's first steps
     // move a parameter by about lr whatever the gradient's size): the graph
     // may differ from the nearer eager run by at most twice that, or by
-    // `tolerance`. (Against one eager run alone, one parameter of ~100 in
-    // the bf16 run once landed at 2.4x the run-to-run distance.)
+    // `tolerance`, over all parameters at once, and parameter by parameter
+    // within twice (fp32) or four times (bf16) its run-to-run distance. A
+    // pair of bf16 runs measures a parameter's noise roughly: the few
+    // parameters whose noise nears the tolerance landed at 2.0-4.4x their
+    // pair's distance in 3 of 14 runs on an H100, so in bf16 one parameter
+    // in fifty may miss its bound; fp32 allows none.
     const Trained eager = train(eager_o), again = train(eager_o), graphed = train(graphed_o);
     EXPECT_EQ(eager.epoch.graph_captures, 0) << c.name;
     EXPECT_EQ(graphed.epoch.graph_captures, 1) << c.name;
@@ -263,15 +269,33 @@ TEST(GraphedStepCudaTest, TheTrainerTrainsTheSameStepsWithAndWithoutAGraph_CUDA)
                 c.tolerance * std::abs(eager.epoch.means.at("loss")))
         << c.name;
     ASSERT_EQ(eager.after.size(), graphed.after.size());
+    const auto flat = [](const std::vector<torch::Tensor>& ps) {
+      std::vector<torch::Tensor> f;
+      for (const auto& p : ps) f.push_back(p.flatten().to(torch::kDouble));
+      return torch::cat(f);
+    };
+    const double all_run_to_run = relative_error(flat(again.after), flat(eager.after));
+    EXPECT_LT(std::min(relative_error(flat(graphed.after), flat(eager.after)),
+                       relative_error(flat(graphed.after), flat(again.after))),
+              std::max(c.tolerance, 2 * all_run_to_run))
+        << c.name << ": all parameters (eager run to run: " << all_run_to_run << ")";
+    const bool bf16 = std::string(c.precision) == "bf16";
+    const size_t allowed = bf16 ? std::max<size_t>(1, eager.after.size() / 50) : 0;
+    size_t missed = 0;
     double moved = 0.0;
     for (size_t i = 0; i < eager.after.size(); ++i) {
       const double run_to_run = relative_error(again.after[i], eager.after[i]);
-      EXPECT_LT(std::min(relative_error(graphed.after[i], eager.after[i]),
-                         relative_error(graphed.after[i], again.after[i])),
-                std::max(c.tolerance, 2 * run_to_run))
-          << c.name << " parameter " << i << " (eager run to run: " << run_to_run << ")";
+      const double off = std::min(relative_error(graphed.after[i], eager.after[i]),
+                                  relative_error(graphed.after[i], again.after[i]));
+      if (off >= std::max(c.tolerance, (bf16 ? 4 : 2) * run_to_run)) {
+        ++missed;
+        std::printf("%s parameter %zu: %.4g from the nearer eager run (eager run to run %.4g)\n",
+                    c.name, i, off, run_to_run);
+      }
       moved = std::max(moved, relative_error(graphed.after[i], graphed.before[i]));
     }
+    EXPECT_LE(missed, allowed) << c.name << ": parameters past their bound (printed above), of "
+                               << eager.after.size();
     EXPECT_GT(moved, 1e-3) << c.name << ": training moved no parameter; the test proves nothing";
   }
 }
