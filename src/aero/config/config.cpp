@@ -461,4 +461,18 @@ std::map<std::string, std::string> Config::flat() const {
   return out;
 }
 
+void check_positive(const std::string& key, double v) {
+  TORCH_CHECK(v > 0, "config: '", key, "' must be > 0, got ", v);
+}
+
+void check_one_of(const std::string& key, const std::string& value,
+                  std::initializer_list<const char*> allowed) {
+  std::string list;
+  for (const char* a : allowed) {
+    if (value == a) return;
+    list += (list.empty() ? "" : ", ") + std::string(a);
+  }
+  TORCH_CHECK(false, "config: '", key, "' is '", value, "', expected one of: ", list);
+}
+
 }  // namespace slipstream::aero

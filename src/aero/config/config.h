@@ -15,6 +15,7 @@
 #include <yaml-cpp/yaml.h>
 #include <nlohmann/json.hpp>
 
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <set>
@@ -22,6 +23,13 @@
 #include <vector>
 
 namespace slipstream::aero {
+
+// Throws unless `value` (the config's `key`) is one of `allowed`, naming the
+// key, the value and the choices.
+void check_one_of(const std::string& key, const std::string& value,
+                  std::initializer_list<const char*> allowed);
+// Throws unless `v` (the config's `key`) is > 0, naming the key and value.
+void check_positive(const std::string& key, double v);
 
 class Config {
  public:

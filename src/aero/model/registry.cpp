@@ -14,10 +14,6 @@ namespace slipstream::aero {
 
 namespace {
 
-void check_positive(const std::string& key, int64_t v) {
-  TORCH_CHECK(v > 0, "config: '", key, "' must be > 0, got ", v);
-}
-
 // A model far beyond the machine is named by its keys before it is built
 // (building it would grow for minutes before a bare std::bad_alloc). Each
 // layer holds about (2·mlp_ratio + 4)·n_hidden² weights (the MLP and the

@@ -1,5 +1,6 @@
 #include "aero/train/train_settings.h"
 
+#include "aero/model/numerics_settings.h"
 #include "aero/train/run_directory.h"
 #include "core/text/join.h"
 
@@ -27,20 +28,6 @@ std::string timestamp_run_id() {
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y%m%d-%H%M%S", &tm);
   return buf;
-}
-
-void check_one_of(const std::string& key, const std::string& value,
-                  std::initializer_list<const char*> allowed) {
-  std::string list;
-  for (const char* a : allowed) {
-    if (value == a) return;
-    list += (list.empty() ? "" : ", ") + std::string(a);
-  }
-  TORCH_CHECK(false, "config: '", key, "' is '", value, "', expected one of: ", list);
-}
-
-void check_positive(const std::string& key, double v) {
-  TORCH_CHECK(v > 0, "config: '", key, "' must be > 0, got ", v);
 }
 
 // A map-valued key (name -> value), or an empty node when absent or null.
@@ -198,6 +185,7 @@ TrainSettings resolve_settings(const Config& c) {
   check_one_of("device", s.device, {"auto", "cpu", "cuda"});
   s.precision = c.get<std::string>("precision");
   check_one_of("precision", s.precision, {"auto", "fp32", "bf16"});
+  numerics_settings(c);  // checked here with the rest; build_run applies it
   s.num_epochs = c.get<int64_t>("training.num_epochs");
   check_positive("training.num_epochs", static_cast<double>(s.num_epochs));
   s.save_interval = c.get<int64_t>("training.save_interval");
