@@ -3,12 +3,14 @@
 // GALE layers have D 56), and one physics-attention layer's forward +
 // backward, fused against plain, with its peak memory; also the bias
 // gradient's column sum on (points, 256) and (points, 1024).
-// Usage: slice_kernels_bench [points] [reps] [dim_head]
+// Usage: slice_kernels_bench [points] [reps] [dim_head] [wgmma|mma]
+// (the last: the kernel form on Hopper, numerics.slice_kernels).
 //
 // A kernel's FLOPs count its tensor-core matrix products (2 per multiply-
 // add), its bytes the global memory it must read and write (the recomputed
 // points x slices weights never touch it). Figures are wall time over `reps`
 // back-to-back launches after warm-up, divided by reps.
+#include "aero/model/kernels/slice_kernels.h"
 #include "aero/model/linear.h"
 #include "aero/model/slice_ops.h"
 #include "aero/model/transolver.h"
@@ -55,6 +57,13 @@ int main(int argc, char** argv) {
   const int64_t n = argc > 1 ? std::atoll(argv[1]) : 200000;
   const int reps = argc > 2 ? std::atoi(argv[2]) : 20;
   const int64_t d = argc > 3 ? std::atoll(argv[3]) : 32;
+  const std::string form = argc > 4 ? argv[4] : "wgmma";
+  if (form != "wgmma" && form != "mma") {
+    std::fprintf(stderr, "slice_kernels_bench: kernel form '%s', expected wgmma or mma\n",
+                 form.c_str());
+    return 1;
+  }
+  slipstream::aero::slice_kernels::set_mma_only(form == "mma");
   if (!slice_ops::kernels_apply(torch::Device(torch::kCUDA), torch::kBFloat16, d, 256)) {
     std::fprintf(stderr, "slice_kernels_bench: the kernels do not take dim_head %ld\n", long(d));
     return 1;

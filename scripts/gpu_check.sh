@@ -31,7 +31,7 @@
 #              MN-major descriptor as wgmma.cuh has it (must pass) and swapped (for comparison);
 #              scripts/wgmma_rate.cu: the time of one product for small N
 #   slices     build-gpu/bench/slice_kernels_bench at 200k points, head sizes SLICE_DIMS (default
-#              "56 32"), with the mma.sync kernels (SLIPSTREAM_SLICE_KERNELS=mma) and the wgmma ones
+#              "56 32"), with the mma.sync kernels (numerics.slice_kernels: mma) and the wgmma ones
 #              (SLICE_KERNELS: those of "mma wgmma" to run)
 #   gelugemm   scripts/gelu_gemm_probe.cu: a wgmma GEMM with GELU (forward) or GELU's backward in its
 #              epilogue, checked against a reference and timed against cuBLAS + a GELU pass
@@ -501,8 +501,8 @@ stage_slices() {
   local k d
   for k in ${SLICE_KERNELS:-mma wgmma}; do
     for d in ${SLICE_DIMS:-56 32}; do
-      log "slices: SLIPSTREAM_SLICE_KERNELS=$k, dim_head $d"
-      SLIPSTREAM_SLICE_KERNELS=$k build-gpu/bench/slice_kernels_bench 200000 20 "$d" 2>&1 | tee -a "$OUT/summary.txt"
+      log "slices: $k kernels, dim_head $d"
+      build-gpu/bench/slice_kernels_bench 200000 20 "$d" "$k" 2>&1 | tee -a "$OUT/summary.txt"
     done
   done
 }

@@ -8,6 +8,7 @@
 // table and one JSON line per policy. Unless the overrides pick them, the
 // model and dataset are the volume recipe's (transolver_volume,
 // synthetic_volume: 200k points).
+#include "aero/model/numerics_settings.h"
 #include "aero/train/run.h"
 #include "aero/train/trainer.h"
 #include "commands/commands.h"
@@ -117,7 +118,8 @@ int run_bench(const CommandContext& context, BenchOptions o) {
   }
   if (run->rank != 0) return 0;
   const std::string model = run->spec.model_config;
-  const nlohmann::json numerics = run->model->numerics(device, run->bf16());
+  const nlohmann::json numerics =
+      aero::numerics_record(*run->model, device, run->bf16(), run->config);
   const std::string precision = aero::to_string(run->precision);
   std::printf("%s", profile_table.c_str());
   std::printf(

@@ -159,7 +159,7 @@ at::Tensor unpadded(const at::Tensor& m, int64_t rows, int64_t cols) {
 // way), which makes the gradient in its final type and layout: no cast or
 // transposing copy after it. Tuned against ATen's bf16 GEMM and its cast,
 // cuBLASLt took every weight gradient of the GeoTransolver volume step
-// (SLIPSTREAM_GEMM_REPORT=1 on an H200, 200k rows: 448 x 448 0.134 ms
+// (numerics.gemm_report on an H200, 200k rows: 448 x 448 0.134 ms
 // against 0.151, 1792 x 448 0.452 against 0.465), and the step measured
 // 141.57 against 142.23 ms (A/B, 3 rounds; a second A/B on another
 // machine, 140.31 against 140.64, within its spread). (With PyTorch's 1 MiB

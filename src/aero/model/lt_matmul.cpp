@@ -147,13 +147,9 @@ int fastest(const Problem& p, cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
   return best;
 }
 
-bool report_tuning() {
-  static const bool on = [] {
-    const char* e = std::getenv("SLIPSTREAM_GEMM_REPORT");
-    return e != nullptr && std::strcmp(e, "0") != 0;
-  }();
-  return on;
-}
+std::atomic<bool> report_each_tuning{false};
+
+bool report_tuning() { return report_each_tuning.load(std::memory_order_relaxed); }
 
 // ATen's GEMM of a problem, written into its argument (the problem's output
 // shape and type).
@@ -378,17 +374,8 @@ bool gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias, cons
 
 namespace {
 
-Mode mode_from_environment() {
-  const char* e = std::getenv("SLIPSTREAM_GEMM");
-  if (e == nullptr || *e == '\0' || std::strcmp(e, "tuned") == 0) return Mode::tuned;
-  if (std::strcmp(e, "heuristic") == 0) return Mode::heuristic;
-  if (std::strcmp(e, "aten") == 0) return Mode::aten;
-  TORCH_CHECK(false, "SLIPSTREAM_GEMM=", e, ": expected tuned, heuristic or aten");
-  return Mode::tuned;
-}
-
 std::atomic<Mode>& current_mode() {
-  static std::atomic<Mode> m{mode_from_environment()};
+  static std::atomic<Mode> m{Mode::tuned};
   return m;
 }
 
@@ -397,6 +384,8 @@ std::atomic<Mode>& current_mode() {
 Mode mode() { return current_mode().load(std::memory_order_relaxed); }
 
 void set_mode(Mode m) { current_mode().store(m, std::memory_order_relaxed); }
+
+void set_report(bool on) { report_each_tuning.store(on, std::memory_order_relaxed); }
 
 bool mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias, const at::Tensor& c,
         at::Tensor& out, at::ScalarType out_dtype) {
@@ -430,6 +419,8 @@ bool linear_residual(const at::Tensor& x, const at::Tensor& w, const at::Tensor&
 Mode mode() { return Mode::aten; }
 
 void set_mode(Mode) {}
+
+void set_report(bool) {}
 
 bool mm(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor&,
         at::ScalarType) {

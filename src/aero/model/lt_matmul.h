@@ -7,7 +7,7 @@
 // the problem. The caller then does the two ops apart.
 //
 // Tuning, measured on the H200 (GeoTransolver volume, 200k points, AdamW,
-// SLIPSTREAM_GEMM=tuned against aten in one binary): 142.25 against 144.37
+// numerics.gemm tuned against aten in one binary): 142.25 against 144.37
 // ms a step, the peak +0.03 GiB (the workspaces); Transolver volume 61.83
 // against 62.35 (before the workspace). cuBLASLt takes most problems, by
 // up to 30 % a GEMM (the 448 x 448 weight gradient over 200k rows 0.134
@@ -29,14 +29,14 @@
 
 namespace slipstream::aero::lt_matmul {
 
-// How a problem's algorithm is picked, from SLIPSTREAM_GEMM in the
-// environment (read once; another value is an error):
+// How a problem's algorithm is picked (numerics.gemm, set by build_run):
 //   tuned (the default): the fastest of the first 16 that cuBLASLt's
 //     heuristic offers, each timed on the problem's first use (shape,
 //     layouts, alignment, device), which synchronises the device then, once;
 //     a first use inside a CUDA graph capture, where nothing can be timed,
 //     takes the heuristic's first and tunes on the next use outside one.
-//     SLIPSTREAM_GEMM_REPORT=1 prints each problem's times as it is tuned.
+//     set_report(true) (numerics.gemm_report) prints each problem's times
+//     as it is tuned.
 //   heuristic: the heuristic's first.
 //   aten: mm() declines, so its callers use ATen's GEMMs; linear_residual
 //     still runs on cuBLASLt with the heuristic's first (the code before
@@ -45,9 +45,9 @@ namespace slipstream::aero::lt_matmul {
 // the fastest, mm() declines that problem. Without CUDA: aten.
 enum class Mode { tuned, heuristic, aten };
 Mode mode();
-// Sets the mode for later calls (tests, benchmarks); each mode keeps its own
-// picks.
+// Sets the mode for later calls; each mode keeps its own picks.
 void set_mode(Mode m);
+void set_report(bool on);
 
 // out (M, N) = a (M, K) b (K, N) [+ bias (N)] [+ c (M, N)]: a and b bf16 on
 // one CUDA device, 2-D, each with a unit stride in one dimension (a

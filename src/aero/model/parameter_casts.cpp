@@ -5,6 +5,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -20,15 +21,12 @@ namespace slipstream::aero {
 
 namespace {
 thread_local const ParameterCasts* current = nullptr;
-}
+std::atomic<bool> casts_once{true};
+}  // namespace
 
-bool ParameterCasts::enabled() {
-  const char* e = std::getenv("SLIPSTREAM_PARAMETER_CASTS");
-  if (e == nullptr || *e == '\0' || std::strcmp(e, "once") == 0) return true;
-  if (std::strcmp(e, "per_use") == 0) return false;
-  TORCH_CHECK(false, "SLIPSTREAM_PARAMETER_CASTS=", e, ": expected once or per_use");
-  return true;
-}
+bool ParameterCasts::enabled() { return casts_once.load(std::memory_order_relaxed); }
+
+void ParameterCasts::set_enabled(bool once) { casts_once.store(once, std::memory_order_relaxed); }
 
 ParameterCasts::ParameterCasts(const std::vector<at::Tensor>& params) {
 #ifdef SLIPSTREAM_WITH_CUDA

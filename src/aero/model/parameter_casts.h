@@ -25,10 +25,11 @@ namespace slipstream::aero {
 
 class ParameterCasts {
  public:
-  // Whether the trainer casts once a step: SLIPSTREAM_PARAMETER_CASTS unset
-  // or "once" (the default); "per_use" casts each parameter at each use, as
-  // before (for A/B runs); any other value is an error naming the variable.
+  // Whether the trainer casts once a step (numerics.parameter_casts: once,
+  // the default); false (per_use) casts each parameter at each use (for A/B
+  // runs).
   static bool enabled();
+  static void set_enabled(bool once);
 
   // The fp32 contiguous CUDA tensors of `params` (others are left alone).
   explicit ParameterCasts(const std::vector<at::Tensor>& params);

@@ -2,14 +2,16 @@
 
 #include "aero/interop/mdlus.h"
 #include "aero/model/domain_parallel.h"
-
+#include "aero/model/numerics_settings.h"
 #include "core/device/device.h"
 #include "core/process/host_memory.h"
+#include "core/text/join.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 
 namespace slipstream::aero {
@@ -264,17 +266,48 @@ LoaderOptions loader_options(const RunSpec& spec, c10::Device device) {
 
 namespace {
 
-// Fails on every rank, naming the ranks whose resolved config differs from
-// rank 0's (FNV-1a of the YAML, before run_id is filled in).
-void check_same_config_on_every_rank(Run& run, const std::string& yaml) {
-  uint64_t hash = 1469598103934665603ULL;
-  for (char c : yaml) hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+// Rank 0's `text` on every rank.
+std::string broadcast_text(Run& run, const std::string& text) {
   auto opts = torch::TensorOptions().dtype(torch::kLong).device(run.device);
-  auto mine = torch::full({1}, static_cast<int64_t>(hash >> 1), opts);
-  auto root = mine.clone();
-  run.comm->broadcast(root, 0);
+  auto size = torch::full({1}, static_cast<int64_t>(text.size()), opts);
+  run.comm->broadcast(size, 0);
+  const int64_t n = size.cpu().item<int64_t>();
+  auto bytes = torch::zeros({std::max<int64_t>(n, 1)}, torch::kUInt8);
+  if (run.rank == 0) std::copy(text.begin(), text.end(), bytes.data_ptr<uint8_t>());
+  auto on_device = bytes.to(run.device);
+  run.comm->broadcast(on_device, 0);
+  bytes = on_device.cpu();
+  return std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()),
+                     static_cast<size_t>(n));
+}
+
+// The keys whose values differ between `mine` and rank 0's config, with
+// both values, for the error message.
+std::string differing_keys(const std::string& mine, const std::string& root) {
+  const auto a = Config::parse_resolved(mine, "this rank's config").flat();
+  const auto b = Config::parse_resolved(root, "rank 0's config").flat();
+  std::vector<std::string> out;
+  for (const auto& [key, value] : a) {
+    auto it = b.find(key);
+    if (it == b.end()) {
+      out.push_back(key + " (only on this rank)");
+    } else if (it->second != value) {
+      out.push_back(key + " '" + value + "' (rank 0: '" + it->second + "')");
+    }
+  }
+  for (const auto& [key, value] : b) {
+    if (!a.count(key)) out.push_back(key + " (only on rank 0)");
+  }
+  return join(out);
+}
+
+// Fails on every rank, naming the ranks whose resolved config (before run_id
+// is filled in) differs from rank 0's, and on each of those the keys.
+void check_same_config_on_every_rank(Run& run, const std::string& yaml) {
+  const std::string root = broadcast_text(run, yaml);
+  auto opts = torch::TensorOptions().dtype(torch::kLong).device(run.device);
   auto differs = torch::zeros({run.world_size}, opts);
-  differs[run.rank] = (root != mine).to(torch::kLong).squeeze();
+  differs[run.rank] = root == yaml ? 0 : 1;
   run.comm->all_reduce_max(differs);
   const auto flags = differs.cpu();
   std::string ranks;
@@ -282,8 +315,11 @@ void check_same_config_on_every_rank(Run& run, const std::string& yaml) {
     if (flags[r].item<int64_t>() != 0) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
   }
   TORCH_CHECK(ranks.empty(), "distributed: rank(s) ", ranks,
-              " started with a config that differs from rank 0's; every rank must get the same "
-              "config and overrides");
+              " started with a config that differs from rank 0's",
+              root == yaml ? std::string()
+                           : " (on rank " + std::to_string(run.rank) + ": " +
+                                 differing_keys(yaml, root) + ")",
+              "; every rank must get the same config and overrides");
 }
 
 // Rank 0's run_id (a timestamp when unset) on every rank.
@@ -311,6 +347,7 @@ std::unique_ptr<Run> build_run(const Config& config, const DistributedEnv& env) 
   auto run = std::make_unique<Run>();
   run->config = config;
   run->spec = resolve_run_spec(config);
+  apply_numerics(numerics_settings(config));
   run->env = env;
   const TrainSettings& s = run->spec.settings;
   run->device = resolve_device(s.device, env.local_rank);
@@ -404,10 +441,11 @@ nlohmann::json Run::config_record() const {
     launch["rendezvous"] = env.master_addr + ":" + std::to_string(env.master_port);
     launch["rendezvous_from"] = env.master_from;
   }
-  return {{"model", model->class_name()}, {"num_parameters", model->parameter_count()},
-          {"params", config.flat()},      {"precision", to_string(precision)},
-          {"device", device.str()},       {"numerics", model->numerics(device, bf16())},
-          {"distributed", launch}};
+  return {
+      {"model", model->class_name()}, {"num_parameters", model->parameter_count()},
+      {"params", config.flat()},      {"precision", to_string(precision)},
+      {"device", device.str()},       {"numerics", numerics_record(*model, device, bf16(), config)},
+      {"distributed", launch}};
 }
 
 nlohmann::json Run::dataset_record() const {
@@ -444,6 +482,7 @@ TrainedModel trained_from_mdlus(const std::string& path, const Config& config,
   const auto file = read_mdlus(path);
   TrainedModel t;
   t.spec = resolve_run_spec(config);
+  apply_numerics(numerics_settings(config));
   t.fields = t.spec.fields;
   t.trained_precision = decide_precision(t.spec.settings.precision, device);
   t.device = device;

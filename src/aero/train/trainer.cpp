@@ -160,7 +160,7 @@ EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
   };
   std::vector<torch::Tensor> params = model.parameters();
   // Under bf16 on CUDA the parameters are cast once a step, in one launch
-  // (parameter_casts.h, unless SLIPSTREAM_PARAMETER_CASTS=per_use).
+  // (parameter_casts.h, unless numerics.parameter_casts is per_use).
   std::optional<ParameterCasts> casts;
   if (device.is_cuda() && run_.bf16() && ParameterCasts::enabled()) casts.emplace(params);
   // Forward, loss and backward: run as they are, or captured once into a

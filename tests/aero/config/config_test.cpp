@@ -1,4 +1,5 @@
 #include "aero/config/config.h"
+#include "aero/model/numerics_settings.h"
 #include "aero/train/run.h"
 
 #include <gtest/gtest.h>
@@ -75,6 +76,38 @@ TEST(ConfigTest, BadValuesNameTheKey) {
   const auto target = error_of({"dataset.targets={velocity: vector, wss: vector}",
                                 "dataset.nondim={velocity: velocity}", "dataset.normalization={}"});
   EXPECT_NE(target.find("target 'wss'"), std::string::npos) << target;
+}
+
+// numerics: read with the rest of the config, each value checked naming the
+// key and the choices, and carried by the config itself (the config
+// record's params, a checkpoint's config, the ranks' check) and by the
+// "numerics" record of the logs and the bench JSON.
+TEST(ConfigTest, TheNumericsBlockIsCheckedAndRecorded) {
+  EXPECT_EQ(to_json(numerics_settings(Config::load(kDir, {}))),
+            (nlohmann::json{{"gemm", "tuned"},
+                            {"gemm_report", false},
+                            {"slice_kernels", "auto"},
+                            {"slice_weight_grad", "gemm"},
+                            {"parameter_casts", "once"}}));
+  for (const auto& [key, choices] : std::vector<std::pair<std::string, std::string>>{
+           {"numerics.gemm", "tuned, heuristic, aten"},
+           {"numerics.slice_kernels", "auto, mma"},
+           {"numerics.slice_weight_grad", "gemm, kernel"},
+           {"numerics.parameter_casts", "once, per_use"}}) {
+    const auto msg = error_of({key + "=fast"});
+    EXPECT_NE(msg.find("'" + key + "' is 'fast', expected one of: " + choices), std::string::npos)
+        << msg;
+  }
+  EXPECT_NE(error_of({"numerics.gemm_report=sometimes"}).find("numerics.gemm_report"),
+            std::string::npos);
+  const auto c = Config::load(kDir, {"numerics.slice_kernels=mma", "numerics.gemm=aten"});
+  EXPECT_EQ(c.flat().at("numerics.slice_kernels"), "mma");
+  EXPECT_NE(c.to_yaml().find("slice_kernels: mma"), std::string::npos);
+  const auto model = build_model(c, model_shape(resolve_run_spec(c), synthetic_layout()));
+  const auto record = numerics_record(*model, c10::Device(c10::kCPU), false, c);
+  EXPECT_EQ(record.at("slice_kernels"), "mma");
+  EXPECT_EQ(record.at("gemm"), "aten");
+  EXPECT_TRUE(record.contains("layer_norm")) << record.dump();  // the model's own paths too
 }
 
 TEST(ConfigTest, EditDistance) {

@@ -1,8 +1,10 @@
 // aero::linear against at::linear (fp64, CPU): output and every gradient,
 // for row counts the bias-gradient fold does and does not divide.
 #include "aero/model/linear.h"
+#include "aero/model/numerics_settings.h"
 #include "aero/model/parameter_casts.h"
 
+#include "support/recipe_support.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
@@ -16,26 +18,21 @@ namespace {
 
 using testing::relative_error;
 
-// SLIPSTREAM_PARAMETER_CASTS: unset or once casts once a step, per_use at
-// each use; anything else is an error naming the variable. On the CPU
-// nothing is cached: find() gives nothing even inside a Scope.
+// numerics.parameter_casts: once (the default) casts once a step, per_use
+// at each use; anything else is an error naming the key and the choices.
+// On the CPU nothing is cached: find() gives nothing even inside a Scope.
 TEST(ParameterCastsTest, TheSwitchAndTheCpu) {
-  const char* saved = std::getenv("SLIPSTREAM_PARAMETER_CASTS");
-  const std::string before = saved != nullptr ? saved : "";
-  unsetenv("SLIPSTREAM_PARAMETER_CASTS");
+  apply_numerics(numerics_settings(testing::load_config({})));
   EXPECT_TRUE(ParameterCasts::enabled());
-  setenv("SLIPSTREAM_PARAMETER_CASTS", "once", 1);
-  EXPECT_TRUE(ParameterCasts::enabled());
-  setenv("SLIPSTREAM_PARAMETER_CASTS", "per_use", 1);
+  apply_numerics(numerics_settings(testing::load_config({"numerics.parameter_casts=per_use"})));
   EXPECT_FALSE(ParameterCasts::enabled());
-  setenv("SLIPSTREAM_PARAMETER_CASTS", "sometimes", 1);
-  const auto msg = testing::error_message_of([] { ParameterCasts::enabled(); });
-  EXPECT_NE(msg.find("SLIPSTREAM_PARAMETER_CASTS=sometimes"), std::string::npos) << msg;
-  if (saved != nullptr) {
-    setenv("SLIPSTREAM_PARAMETER_CASTS", before.c_str(), 1);
-  } else {
-    unsetenv("SLIPSTREAM_PARAMETER_CASTS");
-  }
+  apply_numerics(numerics_settings(testing::load_config({"numerics.parameter_casts=once"})));
+  EXPECT_TRUE(ParameterCasts::enabled());
+  const auto msg = testing::error_message_of(
+      [] { numerics_settings(testing::load_config({"numerics.parameter_casts=sometimes"})); });
+  EXPECT_NE(msg.find("'numerics.parameter_casts' is 'sometimes', expected one of: once, per_use"),
+            std::string::npos)
+      << msg;
   const auto w = torch::randn({4, 3});
   ParameterCasts casts({w});
   EXPECT_EQ(casts.size(), 0u);

@@ -279,17 +279,22 @@ TEST(DistributedTest, DomainParallelGeoTransolverIsTheOneProcessRunOnWholeSample
   });
 }
 
-TEST(DistributedTest, RanksWithDifferentConfigsFailNamingTheRank) {
+// Two ranks that would run different kernels (numerics.gemm) refuse to
+// start: every rank names rank 1, and rank 1 names the key and both values.
+TEST(DistributedTest, RanksWithDifferentConfigsFailNamingTheRankAndTheKey) {
   if (!has_gloo_backend()) GTEST_SKIP() << "no Gloo in this build";
   on_two_ranks([](const std::string& out, const DistributedEnv& env) {
     auto overrides = tiny_run(out);
-    if (env.rank == 1) overrides.push_back("optimizer.lr=0.5");
+    if (env.rank == 1) overrides.push_back("numerics.gemm=aten");
     try {
       build_run(testing::load_config(overrides), env);
       ADD_FAILURE() << "rank " << env.rank << ": a config mismatch must be an error";
     } catch (const c10::Error& e) {
       const std::string msg = e.what_without_backtrace();
       EXPECT_NE(msg.find("rank(s) 1"), std::string::npos) << msg;
+      if (env.rank == 1) {
+        EXPECT_NE(msg.find("numerics.gemm 'aten' (rank 0: 'tuned')"), std::string::npos) << msg;
+      }
     }
   });
 }

@@ -22,6 +22,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <optional>
 #include <stdexcept>
@@ -1985,17 +1986,13 @@ void check_aligned(const void* out, const char* what) {
   }
 }
 
-// The wgmma kernels run on Hopper unless SLIPSTREAM_SLICE_KERNELS=mma asks
-// for the mma.sync ones (as on other GPUs), for measurements against them.
-std::optional<WeightGrad> weight_grad_override;
+// How backward's callers get the slice weights' gradient (set_weight_grad_mode).
+std::atomic<WeightGrad> weight_grad{WeightGrad::gemm};
+// The wgmma kernels run on Hopper unless set_mma_only asks for the mma.sync
+// ones (as on other GPUs), for measurements against them.
+std::atomic<bool> mma_only_kernels{false};
 
-bool wgmma_kernels() {
-  static const bool mma = [] {
-    const char* e = std::getenv("SLIPSTREAM_SLICE_KERNELS");
-    return e != nullptr && std::string(e) == "mma";
-  }();
-  return !mma && kernels::hopper();
-}
+bool wgmma_kernels() { return !mma_only_kernels.load() && kernels::hopper(); }
 
 // The forward row kernels' wgmma forms need the slices in whole batches.
 bool use_wg_rows(const Problem& p, int batch) { return p.slices % batch == 0 && wgmma_kernels(); }
@@ -2201,21 +2198,13 @@ void expand(const Problem& p, const void* z, void* out) {
   with_dim(p, [&](auto d) { expand_d<decltype(d)::value>(p, z, out); });
 }
 
-WeightGrad weight_grad_mode() {
-  if (!weight_grad_override.has_value()) {
-    static const WeightGrad from_env = [] {
-      const char* e = std::getenv("SLIPSTREAM_SLICE_WEIGHT_GRAD");
-      if (e == nullptr || std::string(e) == "gemm") return WeightGrad::gemm;
-      if (std::string(e) == "kernel") return WeightGrad::kernel;
-      throw std::invalid_argument(std::string("SLIPSTREAM_SLICE_WEIGHT_GRAD=") + e +
-                                  ": expected gemm or kernel");
-    }();
-    return from_env;
-  }
-  return *weight_grad_override;
-}
+WeightGrad weight_grad_mode() { return weight_grad.load(); }
 
-void set_weight_grad_mode(WeightGrad mode) { weight_grad_override = mode; }
+void set_weight_grad_mode(WeightGrad mode) { weight_grad = mode; }
+
+void set_mma_only(bool on) { mma_only_kernels = on; }
+
+bool mma_only() { return mma_only_kernels.load(); }
 
 bool writes_dlogits(const Problem& p) {
   return weight_grad_mode() == WeightGrad::gemm && p.dim > 32 && p.dim <= 64 &&

@@ -23,8 +23,8 @@
 // On Hopper (sm_90a) the kernels form their products with wgmma where that
 // measured faster (wgmma.cuh): lse, expand and the backward's first kernel
 // (a warpgroup on 64 points), the reduce above dim_head 32 and the weight
-// gradient at 32 and below (a warpgroup on 64 slices); elsewhere, or with
-// SLIPSTREAM_SLICE_KERNELS=mma in the environment (for measurements), with
+// gradient at 32 and below (a warpgroup on 64 slices); elsewhere, or after
+// set_mma_only(true) (numerics.slice_kernels: mma, for measurements), with
 // mma.sync, a warp on 16 points or slices. Both give the same sums up to
 // fp32 rounding order.
 #pragma once
@@ -80,12 +80,16 @@ void backward(const Problem& p, const void* fx, const void* gout, const void* os
 
 // How backward's callers get grad_ws and grad_bias at head sizes above 32
 // on Hopper: gemm (the default), from the dlogits the row kernel writes;
-// kernel, the weight-gradient kernel that recomputes them. Read from
-// SLIPSTREAM_SLICE_WEIGHT_GRAD once (another value is an error naming it);
-// set_weight_grad_mode overrides it (tests, benchmarks).
+// kernel, the weight-gradient kernel that recomputes them
+// (numerics.slice_weight_grad, set by set_weight_grad_mode).
 enum class WeightGrad { gemm, kernel };
 WeightGrad weight_grad_mode();
 void set_weight_grad_mode(WeightGrad mode);
+
+// Whether the mma.sync kernels run on Hopper too (numerics.slice_kernels:
+// mma); false (the default) takes the wgmma ones there.
+void set_mma_only(bool mma_only);
+bool mma_only();
 
 // Where dlogits and x_ext keep a row's columns: in the order that lets each
 // lane of the row kernel write its fragment values as 16 contiguous bytes

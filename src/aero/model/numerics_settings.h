@@ -1,0 +1,53 @@
+// The `numerics:` block of the config: how the CUDA paths compute, each
+// choice the same model up to rounding. Read once from the config (build_run,
+// and infer from the checkpoint's config), every value checked, applied to
+// the whole process, and recorded where the run's other settings are: the
+// config record, the bench JSON, every checkpoint's config, and the ranks'
+// config check.
+//   gemm: tuned | heuristic | aten — the bf16 GEMMs on cuBLASLt, each
+//     problem's algorithm timed (tuned) or cuBLASLt's first pick, or ATen's
+//     GEMMs (lt_matmul.h).
+//   gemm_report: print each GEMM problem's times as it is tuned.
+//   slice_kernels: auto | mma — on Hopper the wgmma slice kernels (auto) or
+//     the mma.sync ones other GPUs run (slice_kernels.h).
+//   slice_weight_grad: gemm | kernel — the slice weights' gradient from the
+//     row kernel's dlogits by a GEMM, or by the kernel that recomputes them.
+//   parameter_casts: once | per_use — the bf16 copies of the parameters made
+//     once a step, or at each use (parameter_casts.h).
+// CPU runs read and record them too; there they change nothing.
+#pragma once
+
+#include "aero/config/config.h"
+#include "aero/model/model.h"
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+namespace slipstream::aero {
+
+struct NumericsSettings {
+  std::string gemm = "tuned";
+  bool gemm_report = false;
+  std::string slice_kernels = "auto";
+  std::string slice_weight_grad = "gemm";
+  std::string parameter_casts = "once";
+};
+
+// The block of `c`, each value checked (an unknown one fails naming the key
+// and the choices); a config without the block (a checkpoint's, written
+// before it existed) gives the defaults.
+NumericsSettings numerics_settings(const Config& c);
+
+// Makes `n` what this process's GEMMs, slice kernels and parameter casts do.
+void apply_numerics(const NumericsSettings& n);
+
+// The settings as a JSON object, keyed as in the config.
+nlohmann::json to_json(const NumericsSettings& n);
+
+// What the logs and the bench JSON call "numerics": the code paths `model`
+// takes on `device` (Model::numerics) and `config`'s numerics block.
+nlohmann::json numerics_record(const Model& model, c10::Device device, bool bf16,
+                               const Config& config);
+
+}  // namespace slipstream::aero
