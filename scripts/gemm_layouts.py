@@ -5,22 +5,11 @@ import sys
 
 import torch
 
+from cuda_timing import timed
+
 M = int(sys.argv[1]) if len(sys.argv) > 1 else 200000
 dev = "cuda"
 bf = torch.bfloat16
-
-
-def timed(f, reps=20):
-    for _ in range(3):
-        f()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(reps):
-        f()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / reps
 
 
 def report(what, ms, flop):
