@@ -49,11 +49,18 @@ MdlusFile read_mdlus(const std::string& path) {
   for (const char* key : {"__name__", "__module__", "__args__"}) {
     TORCH_CHECK(args.contains(key), "'", path, "': args.json has no '", key, "'");
   }
+  for (const char* key : {"__name__", "__module__"}) {
+    TORCH_CHECK(args.at(key).is_string(), "'", path, "': args.json's '", key, "' is not a string");
+  }
+  TORCH_CHECK(args.at("__args__").is_object(), "'", path,
+              "': args.json's '__args__' is not an object");
   f.class_name = args.at("__name__").get<std::string>();
   f.module = args.at("__module__").get<std::string>();
   f.args = args.at("__args__");
+  f.metadata = nlohmann::json::object();  // older PhysicsNeMo wrote none
   if (auto it = entries.find("metadata.json"); it != entries.end()) {
     f.metadata = parse_json(it->second, path + ": metadata.json");
+    TORCH_CHECK(f.metadata.is_object(), "'", path, "': metadata.json is not an object");
   }
   f.state = read_torch_state_dict(entries.at("model.pt"), path + ": model.pt");
   return f;

@@ -4,6 +4,8 @@
 
 #include <array>
 #include <cstring>
+#include <iterator>
+#include <utility>
 
 namespace slipstream {
 namespace {
@@ -40,6 +42,11 @@ std::map<std::string, std::string> read_zip(const std::string& b, const std::str
   TORCH_CHECK(count != 0xffff && dir_at != 0xffffffff, "'", what,
               "': a zip64 archive, which is not supported");
   std::map<std::string, std::string> out;
+  // Each entry's bytes (local header to data end), by start: entries may not
+  // share bytes, so that what is copied out is at most the file's size
+  // (thousands of directory entries over one large entry would copy it
+  // thousands of times).
+  std::map<size_t, std::pair<size_t, std::string>> spans;
   size_t at = dir_at;
   for (uint32_t i = 0; i < count; ++i) {
     TORCH_CHECK(le(b, at, 4, what) == kCentralHeader, "'", what,
@@ -59,6 +66,16 @@ std::map<std::string, std::string> read_zip(const std::string& b, const std::str
     const size_t data = local + 30 + le(b, local + 26, 2, what) + le(b, local + 28, 2, what);
     TORCH_CHECK(data + size <= b.size(), "'", what, "': truncated archive (entry '", name,
                 "' needs bytes up to ", data + size, ", the file has ", b.size(), ")");
+    TORCH_CHECK(!out.count(name), "'", what, "': entry '", name, "' appears twice");
+    auto next = spans.lower_bound(local);
+    const bool overlaps_next = next != spans.end() && next->first < data + size;
+    const bool overlaps_previous =
+        next != spans.begin() && std::prev(next)->second.first > static_cast<size_t>(local);
+    TORCH_CHECK(!overlaps_next && !overlaps_previous, "'", what, "': entry '", name,
+                "' shares its bytes with entry '",
+                overlaps_next ? next->second.second : std::prev(next)->second.second,
+                "' (a damaged or crafted archive)");
+    spans.emplace(local, std::make_pair(data + size, name));
     std::string bytes = b.substr(data, size);
     TORCH_CHECK(crc32_ieee(bytes.data(), bytes.size()) == crc, "'", what, "': entry '", name,
                 "' is damaged (CRC-32 mismatch)");

@@ -6,8 +6,9 @@
 //     storages to 64 so that a reader can map them).
 //   - tar (ustar or GNU): the .mdlus of older PhysicsNeMo versions.
 // Every malformed, truncated or compressed archive throws c10::Error naming
-// `what` (the file) and the entry. No zip64: an archive over 4 GiB is an
-// error.
+// `what` (the file) and the entry; so do zip entries that share bytes or a
+// name, which bounds what is read out to the file's size. No zip64: an
+// archive over 4 GiB is an error.
 #pragma once
 
 #include <cstdint>

@@ -33,6 +33,30 @@ struct Value {
   std::vector<std::pair<std::shared_ptr<Value>, std::shared_ptr<Value>>> dict;
   at::ScalarType dtype = at::kFloat;  // kStorage
   at::Tensor tensor;                  // kStorage (its elements), kTensor
+
+  Value() = default;
+  Value(const Value&) = delete;
+  Value& operator=(const Value&) = delete;
+  // Frees nested containers one at a time rather than by recursion, so that
+  // a pickle of a million nested tuples cannot overflow the stack.
+  ~Value() {
+    std::vector<std::shared_ptr<Value>> pending;
+    const auto take_children = [&pending](Value& v) {
+      for (auto& c : v.items) pending.push_back(std::move(c));
+      for (auto& [k, c] : v.dict) {
+        pending.push_back(std::move(k));
+        pending.push_back(std::move(c));
+      }
+      v.items.clear();
+      v.dict.clear();
+    };
+    take_children(*this);
+    while (!pending.empty()) {
+      std::shared_ptr<Value> c = std::move(pending.back());
+      pending.pop_back();
+      if (c && c.use_count() == 1) take_children(*c);
+    }
+  }
 };
 using V = std::shared_ptr<Value>;
 
@@ -323,14 +347,26 @@ class Unpickler {
       const auto size = ints_of(args.items[2], "a tensor's size");
       const auto stride = ints_of(args.items[3], "a tensor's stride");
       check(size.size() == stride.size(), "a tensor whose size and stride differ in rank");
-      int64_t last = offset;
+      check(offset >= 0, "a negative storage offset");
+      // The last element addressed and the element count, both bounded by
+      // the storage: a tensor may not hold more elements than its storage
+      // (zero or overlapping strides would make a few stored bytes a tensor
+      // of any size once copied).
+      int64_t last = offset, numel = 1;
       for (size_t d = 0; d < size.size(); ++d) {
         check(size[d] >= 0 && stride[d] >= 0, "a negative size or stride");
         if (size[d] == 0) last = -1;
-        if (last >= 0) last += (size[d] - 1) * stride[d];
+        int64_t reach = 0;
+        check(!__builtin_mul_overflow(size[d], numel, &numel) &&
+                  (last < 0 || (!__builtin_mul_overflow(size[d] - 1, stride[d], &reach) &&
+                                !__builtin_add_overflow(last, reach, &last))),
+              "a tensor whose size overflows 64 bits");
       }
       TORCH_CHECK(last < s.numel(), "'", what_, "': a tensor reaches element ", last,
                   " of its storage '", args.items[0]->s, "', which holds ", s.numel());
+      TORCH_CHECK(numel <= s.numel(), "'", what_, "': a tensor of ", numel,
+                  " elements over its storage '", args.items[0]->s, "' of ", s.numel(),
+                  " (repeated elements are not read)");
       auto v = make(Value::kTensor);
       v->tensor = s.as_strided(size, stride, offset).clone();
       return v;

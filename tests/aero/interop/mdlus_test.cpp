@@ -99,6 +99,21 @@ TEST(MdlusTest, AnotherConfigOrClassOrABrokenFileIsAnErrorNamingIt) {
   std::ofstream(no_model, std::ios::binary) << write_zip({{"args.json", "{}"}});
   msg = error_message_of([&] { read_mdlus(no_model); });
   EXPECT_NE(msg.find("no 'model.pt'"), std::string::npos) << msg;
+
+  // Without metadata.json (as older PhysicsNeMo wrote) the file reads, with
+  // empty metadata; args.json of the wrong types is an error naming it.
+  auto entries = read_archive(bytes, "transolver_small.mdlus");
+  ASSERT_EQ(entries.erase("metadata.json"), 1u);
+  const std::string no_metadata = dir.path() + "/no_metadata.mdlus";
+  std::ofstream(no_metadata, std::ios::binary) << write_zip({entries.begin(), entries.end()});
+  const auto read = read_mdlus(no_metadata);
+  EXPECT_TRUE(read.metadata.is_object() && read.metadata.empty()) << read.metadata.dump();
+  EXPECT_EQ(read.class_name, "Transolver");
+  entries["args.json"] = R"({"__name__": 3, "__module__": "m", "__args__": {}})";
+  const std::string bad_args = dir.path() + "/bad_args.mdlus";
+  std::ofstream(bad_args, std::ios::binary) << write_zip({entries.begin(), entries.end()});
+  msg = error_message_of([&] { read_mdlus(bad_args); });
+  EXPECT_NE(msg.find("args.json's '__name__' is not a string"), std::string::npos) << msg;
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -75,6 +76,89 @@ TEST(TorchSaveTest, AForeignPickleIsAnErrorNamingWhatItCalls) {
     read_torch_state_dict(write_zip({{"x", "y"}}), "x.pt");
   });
   EXPECT_NE(none.find("no data.pkl"), std::string::npos) << none;
+}
+
+uint32_t le_at(const std::string& b, size_t at, int bytes) {
+  uint32_t v = 0;
+  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(b[at + i]);
+  return v;
+}
+
+void put_le(std::string& b, size_t at, uint32_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) b[at + i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+
+// `zip` (one entry) with its central directory entry repeated `copies`
+// times under names of the same length ("e0000", "e0001", ...), each
+// pointing at the one stored entry, or under one name.
+std::string repeated_entries(const std::string& zip, int copies, bool one_name) {
+  const size_t end = zip.size() - 22;
+  const size_t dir = le_at(zip, end + 16, 4);
+  const size_t name_len = le_at(zip, dir + 28, 2);
+  const std::string record = zip.substr(dir, 46 + name_len);
+  std::string out = zip.substr(0, dir);
+  for (int i = 0; i < copies; ++i) {
+    std::string r = record;
+    if (!one_name) {
+      char name[8];
+      std::snprintf(name, sizeof name, "e%04d", i);
+      r.replace(46, name_len, name, 5);
+    }
+    out += r;
+  }
+  std::string tail = zip.substr(end, 22);
+  put_le(tail, 8, static_cast<uint32_t>(copies), 2);
+  put_le(tail, 10, static_cast<uint32_t>(copies), 2);
+  put_le(tail, 12, static_cast<uint32_t>(copies * record.size()), 4);
+  return out + tail;
+}
+
+// A zip whose directory lists one 1 MB entry 4,000 times was read as 4 GB
+// of copies; entries that share bytes, or a name, are refused at once.
+TEST(ArchiveTest, EntriesThatShareBytesOrANameAreRefused) {
+  const std::string zip = write_zip({{"e0000", std::string(1 << 20, 'x')}});
+  ASSERT_EQ(read_archive(repeated_entries(zip, 1, false), "one.zip").size(), 1u);
+  auto msg =
+      error_message_of([&] { read_archive(repeated_entries(zip, 4000, false), "bomb.zip"); });
+  EXPECT_NE(msg.find("bomb.zip"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("entry 'e0001' shares its bytes with entry 'e0000'"), std::string::npos)
+      << msg;
+  msg = error_message_of([&] { read_archive(repeated_entries(zip, 2, true), "twice.zip"); });
+  EXPECT_NE(msg.find("entry 'e0000' appears twice"), std::string::npos) << msg;
+}
+
+// The pickle of a two-float state dict, with its tensor's size and stride
+// bytes replaced, zipped again.
+std::string with_size_and_stride(const std::string& size, const std::string& stride) {
+  auto entries = read_archive(write_torch_state_dict({{"w", torch::ones({2})}}), "w.pt");
+  std::string& pkl = entries.at("archive/data.pkl");
+  const std::string was = std::string("(J\x02\x00\x00\x00t(J\x01\x00\x00\x00t", 14);
+  const size_t at = pkl.find(was);
+  EXPECT_NE(at, std::string::npos);
+  pkl.replace(at, was.size(), "(" + size + "t(" + stride + "t");
+  return write_zip({entries.begin(), entries.end()});
+}
+
+// Hostile pickles: a tensor of 16e9 elements over a storage of two (zero
+// strides: a copy of 64 GB), and 200,000 nested tuples (freed by
+// recursion, which overflowed the stack).
+TEST(TorchSaveTest, HostilePicklesAreBoundedNotObeyed) {
+  const std::string big = std::string("J\x00\xca\x9a\x3b", 5) + "K\x10";  // 1e9, 16
+  auto msg = error_message_of([&] {
+    read_torch_state_dict(with_size_and_stride(big, std::string("K\x00K\x00", 4)), "zero.pt");
+  });
+  EXPECT_NE(msg.find("zero.pt"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("a tensor of 16000000000 elements over its storage"), std::string::npos)
+      << msg;
+  // Plain strides over the same storage still read.
+  const auto ok = read_torch_state_dict(
+      with_size_and_stride(std::string("K\x02", 2), std::string("K\x01", 2)), "ok.pt");
+  EXPECT_TRUE(torch::equal(ok.at(0).second, torch::ones({2})));
+  std::string nested = "\x80\x02N" + std::string(200000, '\x85') + ".";
+  msg = error_message_of([&] {
+    read_torch_state_dict(write_zip({{"archive/data.pkl", nested}}), "deep.pt");
+  });
+  EXPECT_NE(msg.find("not a dict of tensors"), std::string::npos) << msg;
 }
 
 TEST(ArchiveTest, ZipRoundTripsWithAlignedDataAndChecksDamage) {
