@@ -100,7 +100,7 @@ std::string repeated_entries(const std::string& zip, int copies, bool one_name) 
   for (int i = 0; i < copies; ++i) {
     std::string r = record;
     if (!one_name) {
-      char name[8];
+      char name[16];
       std::snprintf(name, sizeof name, "e%04d", i);
       r.replace(46, name_len, name, 5);
     }
