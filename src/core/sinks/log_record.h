@@ -30,7 +30,8 @@ struct LogRecord {
   std::string phase;     // "train" or "val"
   bool per_step = true;  // TensorBoard prefix: iteration/ (true) or epoch/
   int64_t tb_step = 0;   // TensorBoard's x axis
-  int64_t epoch = 0;     // console: "Epoch <epoch> [<index>/<count>]"
+  int64_t epoch = 0;     // console: "Epoch <epoch>/<epochs> [<index>/<count>]"
+  int64_t epochs = 0;    // the run's epochs (0: not known)
   int64_t index_in_epoch = 0;
   int64_t steps_in_epoch = 0;
   std::vector<Field> fields;
