@@ -17,14 +17,15 @@ int main(int argc, char** argv) {
       "Slipstream: surrogate-model training for external aerodynamics, with per-step "
       "logging that never makes the host wait for the GPU"};
   app.require_subcommand(1);
-  app::CommandContext context{aero::default_config_dir()};
+  app::CommandContext context{
+      aero::default_config_dir(), {argv, argv + argc}, SLIPSTREAM_VERSION, SLIPSTREAM_COMMIT};
   app.add_option("--config-dir", context.config_dir,
                  "directory holding train.yaml, model/, "
                  "dataset/");
   std::vector<app::Command> commands;
   for (auto add : {app::add_train, app::add_bench, app::add_bench_data, app::add_info,
-                   app::add_make_synthetic, app::add_prepare, app::add_infer, app::add_launch,
-                   app::add_export, app::add_export_case, app::add_ahmed_body}) {
+                   app::add_make_synthetic, app::add_prepare, app::add_infer, app::add_eval,
+                   app::add_launch, app::add_export, app::add_export_case, app::add_ahmed_body}) {
     commands.push_back(add(app, context));
   }
   app.set_version_flag("--version", std::string("slipstream ") + SLIPSTREAM_VERSION +

@@ -18,7 +18,9 @@ struct Run;
 namespace slipstream::app {
 
 struct CommandContext {
-  std::string config_dir;  // holds train.yaml, model/, dataset/
+  std::string config_dir;         // holds train.yaml, model/, dataset/
+  std::vector<std::string> argv;  // the command line, as given
+  std::string version, commit;    // this build's (CMake's project version and git commit)
 };
 
 struct Command {
@@ -33,10 +35,16 @@ Command add_info(CLI::App& app, const CommandContext& context);
 Command add_make_synthetic(CLI::App& app, const CommandContext& context);
 Command add_prepare(CLI::App& app, const CommandContext& context);
 Command add_infer(CLI::App& app, const CommandContext& context);
+// slipstream eval: infer --split without meshes (commands/infer.cpp).
+Command add_eval(CLI::App& app, const CommandContext& context);
 Command add_launch(CLI::App& app, const CommandContext& context);
 Command add_export(CLI::App& app, const CommandContext& context);
 Command add_ahmed_body(CLI::App& app, const CommandContext& context);
 Command add_export_case(CLI::App& app, const CommandContext& context);
+
+// The model= and dataset= choices in `config_dir` and how to set a key
+// (train --help's footer).
+std::string config_choices(const std::string& config_dir);
 
 // Fails naming the command when this build lacks VTK.
 [[noreturn]] void needs_vtk(const char* what);

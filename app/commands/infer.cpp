@@ -1,5 +1,6 @@
 // slipstream infer --checkpoint CKPT (--in RUN | --split NAME [--data DIR])
 //                  --out PATH [--device D]
+// slipstream eval --checkpoint CKPT [--split NAME] [--data DIR] [--out DIR]
 // A trained model at full resolution — every point of a volume, every cell
 // of a surface (one pass where it fits) — written back for ParaView with,
 // per target field, <name>_pred, <name>_true and <name>_error (pred - true)
@@ -12,6 +13,9 @@
 //                (infer_step per sample, infer_summary, infer_forces_summary),
 //                forces.svg (predicted vs true CD and CL with y = x and R²),
 //                and a table on the console.
+// `eval` is --split without the meshes: the same metrics, forces and
+// table (and, with --out, metrics.jsonl and forces.svg), for a split whose
+// meshes would be gigabytes. Metrics are in physical units, as labelled.
 // The model runs in the precision its checkpoint records (fp32 on a CPU).
 // A PhysicsNeMo .mdlus (--split only) takes the config it lacks from
 // configs/ and key=value overrides, which must build the file's model.
@@ -46,6 +50,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 namespace slipstream::app {
 
@@ -55,6 +60,7 @@ namespace {
 
 struct InferOptions {
   std::string checkpoint, run_dir, split, data, out, device = "auto";
+  bool write_meshes = true;            // false: `eval` (metrics and forces only)
   std::vector<std::string> overrides;  // with a .mdlus: the config it lacks
   FieldNameOptions fields;
 };
@@ -142,30 +148,44 @@ int run_split(const InferOptions& o, const aero::TrainedModel& trained, c10::Dev
     for (size_t i = 0; i < dataset->size(); ++i) aero::infer_sample(trained, dataset->get(i));
     return 0;
   }
-  fs::create_directories(o.out);
-  const std::string jsonl_path = o.out + "/metrics.jsonl";
-  std::error_code ec;
-  fs::remove(jsonl_path, ec);  // this inference's records only
-  JsonlSink jsonl(jsonl_path);
-  jsonl.write_document("infer_config", {{"checkpoint", trained.checkpoint.path},
-                                        {"domain_parallel", ranks},
-                                        {"epoch", trained.checkpoint.position.epochs_done},
-                                        {"split", o.split},
-                                        {"dataset", dataset->describe()},
-                                        {"samples", dataset->size()},
-                                        {"precision", aero::to_string(trained.precision)},
-                                        {"device", device.str()}});
+  // eval without --out writes nothing: the console has it all.
+  std::optional<JsonlSink> jsonl;
+  const std::string jsonl_path = o.out.empty() ? std::string() : o.out + "/metrics.jsonl";
+  if (!o.out.empty()) {
+    fs::create_directories(o.out);
+    std::error_code ec;
+    fs::remove(jsonl_path, ec);  // this inference's records only
+    jsonl.emplace(jsonl_path);
+  }
+  const auto& position = trained.checkpoint.position;
+  std::cout << "Checkpoint: " << trained.checkpoint.path << " (epoch " << position.epochs_done
+            << ", step " << position.global_step << "), " << aero::to_string(trained.precision)
+            << " on " << device.str() << "; split '" << o.split << "': " << dataset->size()
+            << " samples\n";
+  const nlohmann::json config{{"checkpoint", trained.checkpoint.path},
+                              {"domain_parallel", ranks},
+                              {"epoch", position.epochs_done},
+                              {"global_step", position.global_step},
+                              {"split", o.split},
+                              {"dataset", dataset->describe()},
+                              {"samples", dataset->size()},
+                              {"meshes", o.write_meshes},
+                              {"units", "physical"},
+                              {"precision", aero::to_string(trained.precision)},
+                              {"device", device.str()}};
+  if (jsonl) jsonl->write_document("infer_config", config);
   std::vector<aero::SampleInference> results;
   bool wrote_files = false;
   for (size_t i = 0; i < dataset->size(); ++i) {
     const aero::Sample sample = dataset->get(i);
     aero::SampleInference r = aero::infer_sample(trained, sample);
-    const std::string file =
-        write_paraview(o.out + "/" + file_stem(sample.id), r, sample, trained.fields);
+    const std::string file = o.write_meshes ? write_paraview(o.out + "/" + file_stem(sample.id), r,
+                                                             sample, trained.fields)
+                                            : std::string();
     wrote_files = wrote_files || !file.empty();
     nlohmann::json record = aero::infer_step_record(r, i);
     if (!file.empty()) record["file"] = file;
-    jsonl.write_document("infer_step", record);
+    if (jsonl) jsonl->write_document("infer_step", record);
     std::cout << "[" << i + 1 << "/" << dataset->size() << "] " << sample.id << ": " << r.points
               << (is_surface(sample) ? " cells" : " points") << " in " << r.seconds << " s ("
               << r.chunks << (r.chunks == 1 ? " pass" : " chunks")
@@ -182,7 +202,7 @@ int run_split(const InferOptions& o, const aero::TrainedModel& trained, c10::Dev
     results.push_back(std::move(r));
   }
   const aero::SplitSummary summary = aero::summarize_split(results, o.split);
-  jsonl.write_document("infer_summary", summary.summary);
+  if (jsonl) jsonl->write_document("infer_summary", summary.summary);
   std::cout << "Split '" << o.split << "': " << results.size() << " samples";
   if (trained.envelope.empty()) {
     std::cout << " (the checkpoint records no training envelope: nothing checked for "
@@ -191,13 +211,16 @@ int run_split(const InferOptions& o, const aero::TrainedModel& trained, c10::Dev
     std::cout << " (" << summary.summary["out_of_distribution_samples"].get<int64_t>()
               << " outside the training data);";
   }
+  std::cout << " metrics in physical units:";
   for (const auto& [k, v] : summary.summary["metrics"].items()) {
     std::cout << " " << k << "=" << v.get<double>();
   }
   std::cout << "\n";
   if (!summary.forces.is_null()) {
-    jsonl.write_document("infer_forces_summary", summary.forces);
+    if (jsonl) jsonl->write_document("infer_forces_summary", summary.forces);
     std::cout << format_forces_table(summary.coefficients);
+  }
+  if (!summary.forces.is_null() && !o.out.empty()) {
     std::vector<ScatterPanel> panels;
     for (const char* name : {"CD", "CL"}) {
       ScatterPanel p;
@@ -214,11 +237,13 @@ int run_split(const InferOptions& o, const aero::TrainedModel& trained, c10::Dev
     write_file_atomically(o.out + "/forces.svg", scatter_svg(panels));
     std::cout << "Forces plot: " << o.out << "/forces.svg\n";
   }
-  if (!wrote_files) {
+  if (o.write_meshes && !wrote_files) {
     std::cout << "note: this slipstream was built without VTK: no .vtp/.vtu files written\n";
   }
-  jsonl.flush();
-  std::cout << "Records: " << jsonl_path << "\n";
+  if (jsonl) {
+    jsonl->flush();
+    std::cout << "Records: " << jsonl_path << "\n";
+  }
   return 0;
 }
 
@@ -301,6 +326,7 @@ bool is_single_run_record(const std::string& path) {
 // a file infer did not write (output_guard.h).
 void check_outputs(const InferOptions& o) {
   if (!o.split.empty()) {
+    if (o.out.empty()) return;  // eval without --out writes nothing
     check_output_directory(o.out, {o.checkpoint, o.data}, "metrics.jsonl",
                            [](const std::string& p) { return first_record_is(p, "infer_config"); });
     return;
@@ -364,6 +390,24 @@ Command add_infer(CLI::App& app, const CommandContext& context) {
                   "infer_split=NAME (as --split); with a .mdlus: key=value config (model.*, "
                   "dataset=...) it lacks");
   o->fields.add_to(sub);
+  return {sub, [o, &context]() -> int { return run_infer(*o, context); }};
+}
+
+Command add_eval(CLI::App& app, const CommandContext& context) {
+  auto o = std::make_shared<InferOptions>();
+  o->split = "val";
+  o->write_meshes = false;
+  auto* sub = app.add_subcommand(
+      "eval", "a split's metrics and forces from a checkpoint, at full resolution, no meshes");
+  sub->add_option("--checkpoint", o->checkpoint,
+                  "checkpoint file, checkpoints/ directory, run directory or PhysicsNeMo .mdlus")
+      ->required();
+  sub->add_option("--split", o->split, "a split of the sample directory (default: val)");
+  sub->add_option("--data", o->data, "sample directory (default: the run's)");
+  sub->add_option("--out", o->out, "a directory for metrics.jsonl and forces.svg (default: none)");
+  sub->add_option("--device", o->device, "auto, cpu or cuda");
+  sub->add_option("overrides", o->overrides,
+                  "with a .mdlus: key=value config (model.*, dataset=...) it lacks");
   return {sub, [o, &context]() -> int { return run_infer(*o, context); }};
 }
 

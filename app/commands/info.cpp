@@ -2,7 +2,9 @@
 // its inputs' widths and its parameter count.
 // slipstream info --checkpoint FILE: the model a checkpoint holds — a
 // PhysicsNeMo .mdlus or ours (a file, checkpoints/ or a run directory) —
-// its class, PhysicsNeMo constructor arguments and parameter count.
+// its class, PhysicsNeMo constructor arguments and parameter count; for
+// ours also where its run stood (epochs, step, val loss), its run and
+// precision, and its targets with their scaling.
 #include "aero/interop/mdlus.h"
 #include "aero/train/run.h"
 #include "commands/commands.h"
@@ -17,18 +19,31 @@ namespace {
 
 int info_of_checkpoint(const std::string& path) {
   aero::ModelPtr model;
-  std::string format;
   if (aero::is_mdlus_path(path)) {
     const auto file = aero::read_mdlus(path);
     model = aero::build_from_mdlus(file);
-    format = "PhysicsNeMo .mdlus (mdlus_file_version " +
-             file.metadata.value("mdlus_file_version", std::string("?")) + ")";
+    const std::string format = "PhysicsNeMo .mdlus (mdlus_file_version " +
+                               file.metadata.value("mdlus_file_version", std::string("?")) + ")";
+    std::cout << "checkpoint: " << path << " (" << format << ")\n";
   } else {
-    model = aero::load_trained(path, c10::Device(c10::kCPU)).model;
-    format = "Slipstream checkpoint";
+    const auto trained = aero::load_trained(path, c10::Device(c10::kCPU));
+    model = trained.model;
+    const auto& c = trained.checkpoint;
+    const auto& p = c.position;
+    std::cout << "checkpoint: " << c.path << " (Slipstream checkpoint)\n"
+              << "position: " << p.epochs_done << " of " << trained.spec.settings.num_epochs
+              << " epochs done"
+              << (p.steps_into_epoch > 0
+                      ? " and " + std::to_string(p.steps_into_epoch) + " steps of the next"
+                      : std::string())
+              << ", step " << p.global_step;
+    const auto loss = c.metadata.find("val_loss");
+    if (loss != c.metadata.end()) std::cout << ", val loss " << loss->second << " (normalised)";
+    std::cout << "\nrun: " << trained.spec.settings.run_id << ", trained in "
+              << aero::to_string(trained.trained_precision) << "\n"
+              << "targets and their scaling: " << trained.fields.to_json().dump() << "\n";
   }
-  std::cout << "checkpoint: " << path << " (" << format << ")\n"
-            << "model: " << model->class_name() << " (" << model->physicsnemo_module() << ")\n"
+  std::cout << "model: " << model->class_name() << " (" << model->physicsnemo_module() << ")\n"
             << "args: " << model->physicsnemo_args().dump() << "\n"
             << "parameters: " << model->parameter_count() << "\n";
   return 0;

@@ -128,6 +128,16 @@ TEST(CliTest, VersionAndAMistypedCommandSayWhatTheyShould) {
   EXPECT_NE(r.output.find("(commands: train, bench"), std::string::npos) << r.output;
 }
 
+TEST(CliTest, TrainHelpListsTheModelAndDatasetChoices) {
+  const auto r = slipstream("train --help");
+  EXPECT_EQ(r.code, 0) << r.output;
+  for (const char* want :
+       {"model=geotransolver_small | geotransolver_surface", "transolver_volume",
+        "dataset=ahmed_surface", "prepared_surface", "synthetic_volume", "run_id=NAME continues"}) {
+    EXPECT_NE(r.output.find(want), std::string::npos) << want << "\n" << r.output;
+  }
+}
+
 TEST(CliTest, ConfigTypoFailsNamingTheKeyBeforeAnyWork) {
   testing::TempDir dir;
   const auto r = slipstream("train output_dir=" + dir.path() + " run_id=x training.nm_epochs=2");

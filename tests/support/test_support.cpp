@@ -73,6 +73,16 @@ std::vector<std::string> read_lines(const std::string& path) {
   return lines;
 }
 
+std::vector<nlohmann::json> jsonl_records(const std::string& path, const std::string& key,
+                                          const std::string& value) {
+  std::vector<nlohmann::json> out;
+  for (const auto& line : read_lines(path)) {
+    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.value(key, std::string()) == value) out.push_back(std::move(j));
+  }
+  return out;
+}
+
 double relative_error(const at::Tensor& got, const at::Tensor& want) {
   const auto g = got.to(want.scalar_type());
   return ((g - want).norm() / want.norm().clamp_min(1e-30)).item<double>();

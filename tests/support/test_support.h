@@ -6,6 +6,7 @@
 #include "core/readback/step_readback.h"
 
 #include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <functional>
@@ -52,5 +53,10 @@ double relative_error(const at::Tensor& got, const at::Tensor& want);
 
 // Every line of a text file.
 std::vector<std::string> read_lines(const std::string& path);
+
+// The records of a JSONL file whose `key` is `value` (a partial or
+// non-JSON line is skipped).
+std::vector<nlohmann::json> jsonl_records(const std::string& path, const std::string& key,
+                                          const std::string& value);
 
 }  // namespace slipstream::testing

@@ -83,10 +83,16 @@ std::vector<std::string> group_choices(const std::string& dir, const std::string
   return names;
 }
 
+// The candidate nearest `key`: among those with the same last part
+// (training.lr -> optimizer.lr) when there are any, by edit distance.
 std::string closest(const std::string& key, const std::vector<std::string>& candidates) {
+  const auto leaf = [](const std::string& k) { return k.substr(k.rfind('.') + 1); };
+  const bool same_leaf = std::any_of(candidates.begin(), candidates.end(),
+                                     [&](const std::string& c) { return leaf(c) == leaf(key); });
   std::string best;
   size_t best_d = static_cast<size_t>(-1);
   for (const auto& c : candidates) {
+    if (same_leaf && leaf(c) != leaf(key)) continue;
     const size_t d = edit_distance(key, c);
     if (d < best_d) {
       best_d = d;
@@ -373,16 +379,36 @@ void Config::check_known_keys() const {
   TORCH_CHECK(unknown.empty(), "config: unknown key(s), read by nothing:", unknown);
 }
 
+std::string Config::missing_key_message(const std::string& key) const {
+  const std::string group = key.substr(0, key.find('.'));
+  const auto file = files_.count(group) ? files_.find(group) : files_.find("");
+  std::string out = "config: missing key '" + key + "'";
+  if (file != files_.end()) out += " in " + file->second;
+  // A key that is there but read by nothing yet is likely this one renamed.
+  std::vector<std::string> unread;
+  for (const auto& leaf : leaf_keys()) {
+    if (leaf.substr(0, leaf.find('.')) != group) continue;
+    bool read = false;  // it, or a section holding it
+    for (std::string k = leaf; !read; k = k.substr(0, k.rfind('.'))) {
+      read = known_->count(k) > 0;
+      if (k.find('.') == std::string::npos) break;
+    }
+    if (!read) unread.push_back(leaf);
+  }
+  if (!unread.empty()) out += " (it has '" + closest(key, unread) + "': renamed?)";
+  return out;
+}
+
 bool Config::is_null(const std::string& key) const {
   auto n = lookup(key);
-  TORCH_CHECK(n.IsDefined(), "config: missing key '", key, "'");
+  TORCH_CHECK(n.IsDefined(), missing_key_message(key));
   return n.IsNull();
 }
 
 template <class T>
 T Config::get(const std::string& key) const {
   auto n = lookup(key);
-  TORCH_CHECK(n.IsDefined(), "config: missing key '", key, "'");
+  TORCH_CHECK(n.IsDefined(), missing_key_message(key));
   try {
     return n.as<T>();
   } catch (const YAML::Exception&) {
@@ -402,6 +428,14 @@ std::string Config::to_yaml() const {
   YAML::Emitter out;
   out << root_;
   return std::string(out.c_str()) + "\n";
+}
+
+Config Config::with_value(const std::string& key, const std::string& value) const {
+  Config out = *this;
+  out.root_ = YAML::Clone(root_);
+  out.known_ = std::make_shared<std::set<std::string>>(*known_);
+  set_existing(out.root_, key, YAML::Node(value), "with_value", "the resolved config");
+  return out;
 }
 
 std::vector<std::string> Config::leaf_keys() const {

@@ -66,6 +66,9 @@ class Config {
 
   // The resolved tree as YAML text (written to the run directory).
   std::string to_yaml() const;
+  // A copy (sharing nothing with this one) whose existing top-level or
+  // dotted `key` holds the string `value` (the run_id a run decided).
+  Config with_value(const std::string& key, const std::string& value) const;
   const YAML::Node& root() const { return root_; }
   // Every leaf key, dotted.
   std::vector<std::string> leaf_keys() const;
@@ -76,6 +79,8 @@ class Config {
 
  private:
   YAML::Node lookup(const std::string& key) const;
+  // "missing key K in FILE", with the unread key of K's section nearest it.
+  std::string missing_key_message(const std::string& key) const;
   YAML::Node root_;
   std::map<std::string, std::string> files_;  // group ("" for the rest) -> the file it came from
   std::shared_ptr<std::set<std::string>> known_ = std::make_shared<std::set<std::string>>();

@@ -72,6 +72,11 @@ CheckpointInfo load_checkpoint(const std::string& path, Model* model, MuonAdamW*
 std::optional<CheckpointInfo> load_newest_checkpoint(const std::string& path, Model* model,
                                                      MuonAdamW* optimizer);
 
+// training.keep_best's copy (a hard link) of the best checkpoint, inside
+// the checkpoints directory; list_checkpoints does not list it, so a resume
+// never takes it for the newest.
+inline constexpr const char* kBestCheckpointName = "best.safetensors";
+
 // Removes all but the newest `keep` checkpoints of `dir`.
 void prune_checkpoints(const std::string& dir, int64_t keep);
 

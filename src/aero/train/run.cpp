@@ -3,6 +3,7 @@
 #include "aero/interop/mdlus.h"
 #include "aero/model/domain_parallel.h"
 #include "aero/model/numerics_settings.h"
+#include "aero/train/run_checkpoints.h"
 #include "core/device/device.h"
 #include "core/process/host_memory.h"
 #include "core/text/join.h"
@@ -13,6 +14,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <iostream>
 
 namespace slipstream::aero {
 
@@ -388,6 +390,18 @@ std::unique_ptr<Run> build_run(const Config& config, const DistributedEnv& env) 
   for (const auto& name : run->model->whole_point_inputs()) run->loader.whole_inputs.insert(name);
   config.check_known_keys();  // every key was read by something, before any work
   run->model->to(run->device);
+  // training.resume=auto with run_id null: rank 0 picks the newest
+  // unfinished run of this config to continue (run_checkpoints.h).
+  if (run->rank == 0 && config.is_null("run_id") && s.resume_auto && !s.start_over) {
+    const std::string unfinished = find_unfinished_run(s.output_dir, config, s.num_epochs);
+    if (!unfinished.empty()) {
+      std::cout << "Continuing run '" << unfinished << "' in " << s.output_dir
+                << " (training.resume=auto: the newest unfinished run of this config; "
+                   "run_id=NAME starts another)"
+                << std::endl;
+      run->spec.settings.run_id = unfinished;
+    }
+  }
   if (run->world_size > 1) {
     check_same_config_on_every_rank(*run, config.to_yaml());
     run->spec.settings.run_id = broadcast_run_id(*run);
@@ -398,6 +412,8 @@ std::unique_ptr<Run> build_run(const Config& config, const DistributedEnv& env) 
     }
     run->averager = std::make_unique<GradientAverager>(run->model->parameters(), run->comm.get());
   }
+  // The run directory's resolved_config.yaml names the run it belongs to.
+  run->config = config.with_value("run_id", run->spec.settings.run_id);
   std::vector<std::pair<std::string, torch::Tensor>> named;
   for (const auto& p : run->model->named_parameters()) named.emplace_back(p.key(), p.value());
   run->optimizer = std::make_unique<MuonAdamW>(named, s.optimizer);

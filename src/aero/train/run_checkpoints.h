@@ -16,6 +16,7 @@
 #include "aero/train/run_directory.h"
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,7 +31,28 @@ std::vector<std::string> meaning_differences(const std::map<std::string, std::st
                                              const std::map<std::string, std::string>& run);
 
 // Rank 0 saves (no other rank writes), then prunes to training.keep_last.
-void save_run_checkpoint(Run& run, const TrainPosition& position);
+// `val_loss` (the epoch's, when it validated) is recorded in the file; with
+// training.keep_best, one lower than the best so far (or the first) makes
+// the file checkpoints/best.safetensors too (a hard link: no copy). Returns
+// the file written (empty on other ranks).
+std::string save_run_checkpoint(Run& run, const TrainPosition& position,
+                                std::optional<double> val_loss = std::nullopt);
+
+// A run's best checkpoint (training.keep_best), read from its header.
+struct BestCheckpoint {
+  std::string path;
+  int64_t epoch = 0;
+  double val_loss = 0;
+};
+std::optional<BestCheckpoint> best_checkpoint(const std::string& checkpoints_dir);
+
+// training.resume=auto with run_id null: the run_id of the newest run under
+// `output_dir` that was written with this config (run_id aside), whose
+// newest good checkpoint has fewer than `num_epochs` epochs done, and that
+// no live process holds; empty when there is none. Newest: its newest
+// checkpoint's modification time.
+std::string find_unfinished_run(const std::string& output_dir, const Config& config,
+                                int64_t num_epochs);
 
 // Whether any rank asked to stop (a signal). Blocking: once an epoch.
 bool any_rank_requests_stop(Run& run);

@@ -89,6 +89,15 @@ RunDirectory::RunDirectory(std::string path) : path_(std::move(path)) {
   std::remove(probe.c_str());
 }
 
+bool run_directory_in_use(const std::string& path) {
+  const std::string lock = path + "/.lock";
+  const int fd = ::open(lock.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool held = flock(fd, LOCK_SH | LOCK_NB) != 0;
+  ::close(fd);  // releases the shared lock when it was taken
+  return held;
+}
+
 RunDirectory::~RunDirectory() {
   if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
 }
@@ -144,7 +153,9 @@ void RunDirectory::trim_logs(const TrainPosition& pos) const {
 
 void RunDirectory::clear() const {
   for (const auto& f : list_checkpoints(checkpoints())) std::remove(f.c_str());
+  std::remove((checkpoints() + "/" + kBestCheckpointName).c_str());
   std::remove(metrics().c_str());
+  std::remove((path_ + "/summary.json").c_str());
   for (const char* sub : {"/tb/train", "/tb/val"}) {
     std::error_code ec;
     if (!fs::is_directory(path_ + sub, ec)) continue;

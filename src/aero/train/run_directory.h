@@ -32,7 +32,8 @@ class RunDirectory {
   // Keeps train steps before position.global_step, val steps and summaries
   // of epochs <= position.epochs_done, and every start record.
   void trim_logs(const TrainPosition& position) const;
-  // Removes the checkpoints, metrics.jsonl and the TensorBoard files.
+  // Removes the checkpoints (the best one too), metrics.jsonl, summary.json
+  // and the TensorBoard files.
   void clear() const;
 
  private:
@@ -42,6 +43,9 @@ class RunDirectory {
   std::string path_;
   int lock_fd_ = -1;
 };
+
+// Whether a live process holds the run directory at `path` (its .lock).
+bool run_directory_in_use(const std::string& path);
 
 // Throws unless `run_id` is a plain name: non-empty, no path separator, not
 // "." or "..", not starting with '.'.

@@ -193,9 +193,14 @@ TrainSettings resolve_settings(const Config& c) {
   s.keep_last = c.get<int64_t>("training.keep_last");
   TORCH_CHECK(s.keep_last >= 2, "config: 'training.keep_last' must be >= 2 (the newest checkpoint ",
               "and one before it), got ", s.keep_last);
-  s.resume = c.get<bool>("training.resume");
+  s.keep_best = !c.has("training.keep_best") || c.get<bool>("training.keep_best");
+  const std::string resume = c.get<std::string>("training.resume");
+  check_one_of("training.resume", resume, {"auto", "true", "false"});
+  s.resume = resume != "false";
+  s.resume_auto = resume == "auto";
   s.start_over = c.get<bool>("training.start_over");
   s.validate = c.get<bool>("training.validate");
+  s.memory_check = !c.has("training.memory_check") || c.get<bool>("training.memory_check");
   s.steps_per_epoch = c.get<int64_t>("training.steps_per_epoch");
   TORCH_CHECK(s.steps_per_epoch >= 0, "config: 'training.steps_per_epoch' must be >= 0");
   s.recompute.mode = parse_recompute(optional_string(c, "training.recompute", "none"));

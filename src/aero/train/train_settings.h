@@ -52,9 +52,20 @@ struct TrainSettings {
   int64_t num_epochs = 1;
   int64_t save_interval = 1;
   int64_t keep_last = 3;  // checkpoints kept (>= 2); older ones are pruned
+  // training.keep_best: checkpoints/best.safetensors holds the checkpoint of
+  // the lowest val loss so far, whatever keep_last prunes.
+  bool keep_best = true;
+  // training.resume: true continues run_id's newest good checkpoint; auto
+  // (resume_auto) also does, and with run_id null continues the newest
+  // unfinished run of the same config (find_unfinished_run); false refuses a
+  // run_id that has checkpoints.
   bool resume = true;
+  bool resume_auto = false;
   bool start_over = false;  // discard this run_id's checkpoints and logs
   bool validate = true;
+  // training.memory_check: refuse, before the first step, a config whose
+  // estimated memory (model/memory_estimate.h) exceeds the device's.
+  bool memory_check = true;
   int64_t steps_per_epoch = 0;  // 0: one pass over the train shard
   RecomputeOptions recompute;   // training.recompute, training.recompute_chunk
   ReadbackPolicy readback = ReadbackPolicy::kAsync;

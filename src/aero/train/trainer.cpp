@@ -1,12 +1,15 @@
 #include "aero/train/trainer.h"
 
+#include "aero/model/memory_estimate.h"
 #include "aero/model/parameter_casts.h"
 #include "aero/train/graphed_step.h"
 #include "aero/train/log_records.h"
 #include "aero/train/run_checkpoints.h"
+#include "aero/train/run_summary.h"
 #include "aero/train/step_guard.h"
 #include "core/device/device.h"
 #include "core/io/atomic_file.h"
+#include "core/process/host_memory.h"
 #include "core/process/stop_signal.h"
 #include "core/readback/step_means.h"
 #include "core/sinks/console_sink.h"
@@ -35,6 +38,14 @@ namespace {
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// The points a step trains on over all ranks: (1, N, C) targets of N points
+// each (a domain-parallel rank's N is its shard).
+double batch_points(const Batch& batch, int world_size) {
+  const auto& t = batch.target;
+  if (!t.defined() || t.dim() < 2) return std::nan("");
+  return static_cast<double>(t.size(t.dim() - 2)) * world_size;
 }
 
 // The profiler's name of a step phase's scope ("step.loader", ...).
@@ -77,6 +88,7 @@ void Trainer::setup_logging(const nlohmann::json& resume) {
   if (s.tensorboard) logger_.add_sink(std::make_unique<TensorBoardSink>(dir + "/tb"));
   nlohmann::json config = run_.config_record();
   config["resume"] = resume;
+  config["invocation"] = invocation_;
   logger_.write_document("config", config);
   std::printf("Model: %s, %lld parameters, %s on %s, %s\n",
               config["model"].get<std::string>().c_str(),
@@ -141,10 +153,12 @@ EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
         guard.observe(r);
         means.add(r.values);
         if (run_.rank != 0) return;
-        logger_.write(
+        LogRecord record =
             step_log_record("train", r, epoch, r.step - epoch_start + 1, steps,
                             {{"global_step", static_cast<double>(r.step), FieldKind::kIndex},
-                             {"epoch", static_cast<double>(epoch), FieldKind::kIndex}}));
+                             {"epoch", static_cast<double>(epoch), FieldKind::kIndex}});
+        record.epochs = s.num_epochs;
+        logger_.write(record);
       },
       options);
   step_times_.clear();
@@ -201,6 +215,7 @@ EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
       Batch batch = loader.next();
       const double data_time = seconds_since(wait_t0);
       data_seconds += data_time;
+      if (!memory_checked_) check_memory(batch);
       if (!loader.has_next() && epoch < s.num_epochs) {
         int64_t next_steps = 0;
         next_loader_ = train_loader(epoch + 1, 0, next_steps);
@@ -253,6 +268,7 @@ EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
                      {{"lr", lr},
                       {"step_time_s", step_time},
                       {"data_time_s", data_time},
+                      {"points", batch_points(batch, run_.world_size)},
                       {"mem_gb", memory_reserved_gib(device)}});
       ++global_step_;
       ++done;
@@ -261,6 +277,8 @@ EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
       readback.deliver_landed();
       if (audit_.active()) audit_.end_steady_step();
       if (guard.stop_after(global_step_ - 1)) break;  // every rank breaks after this step
+      // One process has no peer to agree with: a stop ends the epoch here.
+      if (run_.world_size == 1 && StopSignals::requested() != 0) break;
     }
     phase(Phase::kOther);
     readback.drain();
@@ -300,10 +318,12 @@ EpochResult Trainer::val_epoch(int64_t epoch) {
           nonfinite_samples.push_back(step_samples.at(static_cast<size_t>(r.step - first)));
         }
         if (run_.rank != 0) return;
-        logger_.write(step_log_record(
-            "val", r, epoch, r.step - first + 1, steps,
-            {{"epoch", static_cast<double>(epoch), FieldKind::kIndex},
-             {"val_step", static_cast<double>(r.step - first), FieldKind::kIndex}}));
+        LogRecord record =
+            step_log_record("val", r, epoch, r.step - first + 1, steps,
+                            {{"epoch", static_cast<double>(epoch), FieldKind::kIndex},
+                             {"val_step", static_cast<double>(r.step - first), FieldKind::kIndex}});
+        record.epochs = s.num_epochs;
+        logger_.write(record);
       },
       readback_options("val"));
   const auto epoch_t0 = Clock::now();
@@ -375,6 +395,48 @@ std::string Trainer::sync_audit_report() const {
   return audit_.report();
 }
 
+void Trainer::check_memory(const Batch& batch) {
+  memory_checked_ = true;
+  const auto& s = run_.settings();
+  const double points = batch_points(batch, 1);
+  if (!s.memory_check || !std::isfinite(points)) return;
+  const Config& c = run_.config;
+  const bool fused = run_.device.is_cuda() && run_.bf16() && c.has("model.fused_attention") &&
+                     c.get<bool>("model.fused_attention");
+  const auto estimate =
+      estimate_training_memory(c, run_.model->parameter_count(), static_cast<int64_t>(points),
+                               run_.bf16(), fused, s.recompute);
+  const double capacity = memory_capacity_bytes(run_.device);
+  if (!estimate || capacity <= 0) return;
+  // On the CPU the model and its state are already in memory, outside what
+  // is still available; a GPU's capacity is its whole memory.
+  const double need = run_.device.is_cuda() ? estimate->total()
+                                            : estimate->activation_bytes + estimate->working_bytes;
+  TORCH_CHECK(need <= capacity, "train: rank ", run_.rank, ": a step of ",
+              static_cast<int64_t>(points), " points (sample '", batch.sample_id, "') needs ",
+              estimate->describe(), ", more than the ", format_gib(capacity),
+              run_.device.is_cuda() ? " of " + run_.device.str()
+                                    : std::string(" this machine has available"),
+              ". Fewer points a step (dataset.sampling_resolution), training.recompute=block "
+              "(one block's activations at a time), a smaller model (model.n_layers, "
+              "model.n_hidden) or more ranks sharing each sample (distributed.domain_parallel) "
+              "make it smaller; training.memory_check=false tries anyway");
+  if (run_.rank == 0) {
+    std::printf(
+        "Memory: a step of %lld points needs %s, of the %s %s\n", static_cast<long long>(points),
+        estimate->describe().c_str(), format_gib(capacity).c_str(),
+        run_.device.is_cuda() ? ("of " + run_.device.str()).c_str() : "this machine has available");
+    std::fflush(stdout);
+  }
+}
+
+void Trainer::note_best(TrainResult& result) const {
+  const auto best = run_.settings().keep_best ? best_checkpoint(dir_->checkpoints()) : std::nullopt;
+  result.best_checkpoint = best ? best->path : std::string();
+  result.best_epoch = best ? best->epoch : 0;
+  result.best_val_loss = best ? best->val_loss : 0.0;
+}
+
 TrainResult Trainer::fit() {
   const auto& s = run_.settings();
   if (run_.rank == 0) dir_ = std::make_unique<RunDirectory>(s.run_dir());
@@ -394,31 +456,54 @@ TrainResult Trainer::fit() {
   // For the checkpoints; every rank reads it alike, so that none waits for
   // rank 0 in a collective meanwhile.
   run_.envelope = envelope_of(*run_.data.train);
+  StopSignals::set_stop_note(
+      run_.world_size == 1
+          ? "finishing the step in progress, then a checkpoint"
+          : "finishing the step in progress and at most 4 more (every rank stops after the "
+            "same step), then a checkpoint");
   StopSignals::install();
+  const auto session_t0 = Clock::now();
   TrainResult result;
   result.run_dir = s.run_dir();
   result.start_epoch = start.epochs_done;
+  result.epochs_done = start.epochs_done;
+  if (run_.rank == 0) note_best(result);
   for (int64_t epoch = start.epochs_done + 1; epoch <= s.num_epochs; ++epoch) {
     if (!s.scheduler_per_step) run_.optimizer->set_lr(scheduled_lr(s, epoch - 1));
     const int64_t first = epoch == start.epochs_done + 1 ? start.steps_into_epoch : 0;
     result.train.push_back(train_epoch(epoch, first));
     const auto& r = result.train.back();
     if (r.interrupted) {  // a signal, mid-epoch: continue this epoch on resume
-      save_run_checkpoint(run_,
-                          {epoch - 1, r.steps, global_step_, val_step_, partial_means_.state()});
+      result.last_checkpoint = save_run_checkpoint(
+          run_, {epoch - 1, r.steps, global_step_, val_step_, partial_means_.state()});
       result.stop_signal = StopSignals::requested();
       break;
     }
-    if (s.validate && run_.data.val->size() > 0) result.val.push_back(val_epoch(epoch));
+    std::optional<double> val_loss;
+    if (s.validate && run_.data.val->size() > 0) {
+      result.val.push_back(val_epoch(epoch));
+      const auto& means = result.val.back().means;
+      if (means.count("loss")) val_loss = means.at("loss");
+    }
     if (run_.rank == 0) logger_.end_epoch(epoch);
+    result.epochs_done = epoch;
     const bool stop = any_rank_requests_stop(run_);
     if (stop || epoch % s.save_interval == 0 || epoch == s.num_epochs) {
-      save_run_checkpoint(run_, {epoch, 0, global_step_, val_step_, nullptr});
+      result.last_checkpoint =
+          save_run_checkpoint(run_, {epoch, 0, global_step_, val_step_, nullptr}, val_loss);
+      if (run_.rank == 0) note_best(result);
     }
     if (stop) {
       result.stop_signal = StopSignals::requested() != 0 ? StopSignals::requested() : SIGTERM;
       break;
     }
+  }
+  result.global_step = global_step_;
+  result.seconds = seconds_since(session_t0);
+  if (run_.rank == 0) {
+    result.summary = run_summary(run_, result, invocation_);
+    logger_.write_document("run_summary", result.summary);
+    write_file_atomically(dir_->path() + "/summary.json", result.summary.dump(2) + "\n");
   }
   logger_.flush();
   return result;

@@ -32,6 +32,7 @@
 #include "core/sinks/metrics_logger.h"
 
 #include <c10/core/Stream.h>
+#include <nlohmann/json.hpp>
 
 #include <functional>
 #include <map>
@@ -57,6 +58,17 @@ struct TrainResult {
   std::string run_dir;
   int64_t start_epoch = 0;  // > 0 when resumed
   int stop_signal = 0;      // SIGTERM or SIGINT when a signal stopped the run, else 0
+  double seconds = 0;       // this session's wall time
+  int64_t epochs_done = 0;  // complete epochs at the end (earlier sessions' included)
+  int64_t global_step = 0;
+  std::string last_checkpoint;  // the newest file written, empty when none was
+  // training.keep_best's checkpoint and the epoch and val loss it holds
+  // (earlier sessions' included); empty path when there is none.
+  std::string best_checkpoint;
+  int64_t best_epoch = 0;
+  double best_val_loss = 0;
+  // The end-of-run record (run_summary.h), as written to summary.json.
+  nlohmann::json summary;
 };
 
 class Trainer {
@@ -82,6 +94,10 @@ class Trainer {
   std::string sync_audit_report() const;
   const SyncAudit& sync_audit() const { return audit_; }
 
+  // How the run was started (the command line, overrides, version and
+  // commit): logged with the config and kept in summary.json.
+  void set_invocation(nlohmann::json invocation) { invocation_ = std::move(invocation); }
+
   Run& run() { return run_; }
   // Train steps taken (a resumed run's earlier ones included).
   int64_t global_step() const { return global_step_; }
@@ -95,11 +111,17 @@ class Trainer {
   StepReadback::Options readback_options(const char* phase) const;
   EpochResult finish_epoch(const char* phase, int64_t epoch, int64_t steps, double seconds,
                            double data_seconds, const std::map<std::string, double>& means);
+  // Refuses, before the first step of a session, a step `batch`'s size
+  // whose estimated memory exceeds the device's (training.memory_check).
+  void check_memory(const Batch& batch);
+  // Fills result's best_* from the run's best checkpoint (rank 0).
+  void note_best(TrainResult& result) const;
   // The train loader of an epoch from `first_step` on, and its steps.
   std::unique_ptr<PrefetchLoader> train_loader(int64_t epoch, int64_t first_step,
                                                int64_t& steps) const;
 
   Run& run_;
+  nlohmann::json invocation_ = nlohmann::json::object();
   MetricsLogger logger_;
   int64_t global_step_ = 0;
   int64_t val_step_ = 0;
@@ -116,6 +138,7 @@ class Trainer {
   // Set when an epoch's batches changed shape more often than a graph pays
   // for (GraphedStep::gave_up): later epochs do not try again.
   bool graphs_given_up_ = false;
+  bool memory_checked_ = false;
   // The next epoch's train loader, started when this epoch's last batch was
   // handed out, so that its first samples load during the last steps,
   // validation and the checkpoint instead of at the epoch's first step.

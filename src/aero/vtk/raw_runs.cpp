@@ -53,11 +53,25 @@ std::map<std::string, std::string> file_field_names(
 namespace {
 std::string only_file_with(const std::string& dir, const std::string& ext) {
   std::vector<std::string> found;
+  std::string other_kind;  // a surface's .vtp where a volume's .vtu was looked for, or back
   for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.is_regular_file() && e.path().extension() == ext) found.push_back(e.path().string());
+    if (!e.is_regular_file()) continue;
+    if (e.path().extension() == ext) found.push_back(e.path().string());
+    const auto x = e.path().extension();
+    if ((ext == ".vtu" && x == ".vtp") || (ext == ".vtp" && x == ".vtu")) {
+      other_kind = e.path().filename().string();
+    }
+  }
+  std::string hint;
+  if (found.empty() && !other_kind.empty()) {
+    hint = ext == ".vtu" ? "; it holds " + other_kind +
+                               ", a surface: for a surface run add dataset=prepared_surface"
+                         : "; it holds " + other_kind +
+                               ", a volume: for a volume run use a volume dataset "
+                               "(dataset=prepared)";
   }
   TORCH_CHECK(found.size() == 1, "prepare: run '", dir, "' must hold exactly one ", ext,
-              " file, found ", found.size());
+              " file, found ", found.size(), hint);
   return found.front();
 }
 

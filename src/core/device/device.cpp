@@ -11,8 +11,11 @@
 #include <fstream>
 #include <string>
 
+#include "core/process/host_memory.h"
+
 #ifdef SLIPSTREAM_WITH_CUDA
 #include <ATen/autocast_mode.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -67,6 +70,16 @@ double memory_reserved_gib(c10::Device device) {
   }
 #endif
   return rss_bytes() / kGiB;
+}
+
+double memory_capacity_bytes(c10::Device device) {
+#ifdef SLIPSTREAM_WITH_CUDA
+  if (device.is_cuda()) {
+    const int index = device.has_index() ? device.index() : c10::cuda::current_device();
+    return static_cast<double>(at::cuda::getDeviceProperties(index)->totalGlobalMem);
+  }
+#endif
+  return static_cast<double>(available_host_memory());
 }
 
 double memory_allocated_gib(c10::Device device) {

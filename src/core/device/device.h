@@ -25,6 +25,10 @@ double memory_allocated_gib(c10::Device device);
 // in GiB.
 double peak_memory_gib(c10::Device device);
 void reset_peak_memory(c10::Device device);
+// What the device can hold, in bytes: a GPU's total memory; on the CPU
+// the memory the host still has available (/proc/meminfo's MemAvailable).
+// 0 where it cannot be read.
+double memory_capacity_bytes(c10::Device device);
 // Returns the caching allocator's unused blocks to the driver (CUDA), e.g.
 // after an out-of-memory error before retrying smaller.
 void empty_device_cache(c10::Device device);

@@ -18,15 +18,16 @@ void write_message(const char* text) {
   (void)ignored;
 }
 
+char stop_note[208] = "finishing the step, then a checkpoint";
+
 void on_signal(int sig) {
   int expected = 0;
   if (first_signal.compare_exchange_strong(expected, sig)) {
-    write_message(sig == SIGINT   ? "\nslipstream: SIGINT: finishing the step, then a checkpoint; "
-                                    "a second signal exits at once\n"
-                  : sig == SIGHUP ? "\nslipstream: SIGHUP (the terminal went away): finishing the "
-                                    "step, then a checkpoint; a second signal exits at once\n"
-                                  : "\nslipstream: SIGTERM: finishing the step, then a checkpoint; "
-                                    "a second signal exits at once\n");
+    write_message(sig == SIGINT   ? "\nslipstream: SIGINT: "
+                  : sig == SIGHUP ? "\nslipstream: SIGHUP (the terminal went away): "
+                                  : "\nslipstream: SIGTERM: ");
+    write_message(stop_note);
+    write_message("; a second signal exits at once\n");
     return;
   }
   write_message("slipstream: second signal: exiting now\n");
@@ -44,6 +45,11 @@ void StopSignals::install() {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGHUP, &sa, nullptr);
+}
+
+void StopSignals::set_stop_note(const char* note) {
+  std::strncpy(stop_note, note, sizeof(stop_note) - 1);
+  stop_note[sizeof(stop_note) - 1] = '\0';
 }
 
 int StopSignals::requested() { return first_signal.load(std::memory_order_relaxed); }

@@ -12,6 +12,10 @@ class StopSignals {
  public:
   // Installs the handlers (idempotent). Call before the first step.
   static void install();
+  // What the first signal's message says the process does before it stops
+  // (default "finishing the step, then a checkpoint"); copied, at most 200
+  // characters. Call before a signal can arrive.
+  static void set_stop_note(const char* note);
   // The first signal received since install() or clear(), or 0.
   static int requested();
   // The exit code a stop by `signal` ends the process with: 128 + signal.

@@ -6,6 +6,7 @@
 #include "aero/interop/mdlus.h"
 #include "aero/model/registry.h"
 #include "aero/train/checkpoint.h"
+#include "aero/train/run_checkpoints.h"
 #include "aero/train/trainer.h"
 #include "core/device/device.h"
 #include "core/io/safetensors.h"
@@ -23,6 +24,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <optional>
 
 namespace slipstream::aero {
 namespace {
@@ -274,6 +276,53 @@ TEST(RunTest, AResumeOfAnotherMeaningIsRefusedAndInferenceReadsTheCheckpointsOwn
   const TrainedModel t = load_trained(dir.path() + "/r", c10::Device(c10::kCPU));
   EXPECT_EQ(t.fields, first->spec.fields);
   EXPECT_EQ(t.spec.fields, first->spec.fields);
+}
+
+// training.keep_best: the checkpoint of the lowest val loss outlives
+// keep_last's pruning, under a name a resume never takes for the newest,
+// and its header says which epoch and loss it holds.
+TEST(RunTest, TheBestCheckpointIsKeptWhenKeepLastWouldPruneIt) {
+  testing::TempDir dir;
+  auto run =
+      build_run(testing::load_config(tiny(dir.path(), {"precision=fp32"})), DistributedEnv{});
+  const std::string ckpt = dir.path() + "/r/checkpoints";
+  std::filesystem::create_directories(ckpt);
+  const std::vector<std::optional<double>> losses = {0.5,          0.3,  0.4,
+                                                     std::nullopt, 0.45, std::nan("")};
+  std::map<int64_t, torch::Tensor> weights;  // the first parameter at each epoch
+  for (int64_t e = 1; e <= 6; ++e) {
+    {
+      torch::NoGradGuard no_grad;
+      run->model->parameters().front().add_(0.25);
+    }
+    weights[e] = run->model->parameters().front().detach().clone();
+    save_run_checkpoint(*run, {e, 0, 2 * e, e, nullptr}, losses[static_cast<size_t>(e - 1)]);
+  }
+  const auto kept = list_checkpoints(ckpt);
+  ASSERT_EQ(kept.size(), 3u);  // keep_last's default: epochs 6, 5, 4
+  EXPECT_NE(kept.back().find("epoch_0004"), std::string::npos);
+  const auto best = best_checkpoint(ckpt);
+  ASSERT_TRUE(best.has_value());
+  EXPECT_EQ(best->epoch, 2);
+  EXPECT_EQ(best->val_loss, 0.3);
+  EXPECT_EQ(best->path, ckpt + "/best.safetensors");
+  // It is epoch 2's model, whole: it loads and holds epoch 2's weights.
+  auto model = build_initial_model(run->config, run->shape, 99);
+  const CheckpointInfo info = load_checkpoint(best->path, model.get(), nullptr);
+  EXPECT_EQ(info.position.epochs_done, 2);
+  EXPECT_TRUE(torch::equal(model->parameters().front(), weights[2]));
+  // A resume takes the newest regular checkpoint, not the best.
+  EXPECT_NE(load_newest_checkpoint(ckpt, nullptr, nullptr)->path.find("epoch_0006"),
+            std::string::npos);
+
+  // training.keep_best=false keeps none.
+  testing::TempDir other;
+  auto plain = build_run(testing::load_config(tiny(other.path(), {"training.keep_best=false"})),
+                         DistributedEnv{});
+  std::filesystem::create_directories(other.path() + "/r/checkpoints");
+  save_run_checkpoint(*plain, {1, 0, 2, 1, nullptr}, 0.1);
+  EXPECT_FALSE(best_checkpoint(other.path() + "/r/checkpoints").has_value());
+  EXPECT_FALSE(std::filesystem::exists(other.path() + "/r/checkpoints/best.safetensors"));
 }
 
 TEST(RunTest, BenchReportsThePrecisionTheRunDecided) {

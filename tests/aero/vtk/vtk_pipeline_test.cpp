@@ -433,6 +433,17 @@ TEST(SurfacePipelineTest, MakeSyntheticPrepareTrainInferASplitThenReadItBack) {
                log),
             0)
       << d;
+  // Surface runs prepared as volumes: the error says which dataset to pick.
+  EXPECT_NE(
+      sh(bin + " prepare --in " + d + "/raw --out " + d + "/as_volume > " + d + "/vol_err 2>&1"),
+      0);
+  {
+    std::ifstream in(d + "/vol_err");
+    const std::string text((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_NE(text.find("a surface: for a surface run add dataset=prepared_surface"),
+              std::string::npos)
+        << text;
+  }
   ASSERT_EQ(sh(bin + " prepare --in " + d + "/raw --out " + d +
                "/prepared --val-fraction 0.34 dataset=prepared_surface" + log),
             0)
