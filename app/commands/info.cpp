@@ -11,6 +11,7 @@
 
 #include <torch/torch.h>
 
+#include <cstdio>
 #include <iostream>
 #include <memory>
 
@@ -38,7 +39,11 @@ int info_of_checkpoint(const std::string& path) {
                       : std::string())
               << ", step " << p.global_step;
     const auto loss = c.metadata.find("val_loss");
-    if (loss != c.metadata.end()) std::cout << ", val loss " << loss->second << " (normalised)";
+    if (loss != c.metadata.end()) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.6g", std::stod(loss->second));
+      std::cout << ", val loss " << text << " (normalised)";
+    }
     std::cout << "\nrun: " << trained.spec.settings.run_id << ", trained in "
               << aero::to_string(trained.trained_precision) << "\n"
               << "targets and their scaling: " << trained.fields.to_json().dump() << "\n";

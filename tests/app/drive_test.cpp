@@ -27,17 +27,8 @@ using testing::run_slipstream;
 
 // A small, fast run on the CPU with no run_id (the default: a timestamp).
 std::vector<std::string> small(const std::string& out, std::vector<std::string> extra = {}) {
-  std::vector<std::string> o = {"train",
-                                "model.n_layers=1",
-                                "model.n_hidden=32",
-                                "model.n_head=2",
-                                "model.slice_num=8",
-                                "dataset.num_train=6",
-                                "dataset.num_val=2",
-                                "dataset.points_per_sample=600",
-                                "dataset.sampling_resolution=256",
-                                "output_dir=" + out,
-                                "device=cpu"};
+  std::vector<std::string> o = {"train"};
+  for (auto& k : testing::quick_train_overrides(out)) o.push_back(std::move(k));
   o.insert(o.end(), extra.begin(), extra.end());
   return o;
 }

@@ -39,20 +39,12 @@ using testing::run_slipstream;
 
 // A small, fast run: 6 steps an epoch of a 1-layer model.
 std::vector<std::string> tiny(const std::string& out, std::vector<std::string> extra = {}) {
-  std::vector<std::string> o = {"train",
-                                "model.n_layers=1",
-                                "model.n_hidden=32",
-                                "model.n_head=2",
-                                "model.slice_num=8",
-                                "dataset.num_train=6",
-                                "dataset.num_val=2",
-                                "dataset.points_per_sample=600",
-                                "dataset.sampling_resolution=256",
-                                "training.num_epochs=2",
-                                "output_dir=" + out,
-                                "run_id=r",
-                                "logging.console_every_n_steps=1000",
-                                "device=cpu"};
+  std::vector<std::string> o = {"train"};
+  for (auto& k : testing::quick_train_overrides(out)) o.push_back(std::move(k));
+  for (const char* k :
+       {"training.num_epochs=2", "run_id=r", "logging.console_every_n_steps=1000"}) {
+    o.emplace_back(k);
+  }
   o.insert(o.end(), extra.begin(), extra.end());
   return o;
 }

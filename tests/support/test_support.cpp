@@ -73,6 +73,19 @@ std::vector<std::string> read_lines(const std::string& path) {
   return lines;
 }
 
+std::vector<std::string> quick_train_overrides(const std::string& output_dir) {
+  return {"model.n_layers=1",
+          "model.n_hidden=32",
+          "model.n_head=2",
+          "model.slice_num=8",
+          "dataset.num_train=6",
+          "dataset.num_val=2",
+          "dataset.points_per_sample=600",
+          "dataset.sampling_resolution=256",
+          "output_dir=" + output_dir,
+          "device=cpu"};
+}
+
 std::vector<nlohmann::json> jsonl_records(const std::string& path, const std::string& key,
                                           const std::string& value) {
   std::vector<nlohmann::json> out;

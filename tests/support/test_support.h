@@ -51,6 +51,11 @@ std::string error_message_of(const std::function<void()>& f);
 // to it); |want| is floored at 1e-30.
 double relative_error(const at::Tensor& got, const at::Tensor& want);
 
+// Overrides for a `slipstream train` that must be quick: a one-layer
+// Transolver on 6 train and 2 val synthetic samples of 600 points, 256 a
+// step, on the CPU, its runs under `output_dir`.
+std::vector<std::string> quick_train_overrides(const std::string& output_dir);
+
 // Every line of a text file.
 std::vector<std::string> read_lines(const std::string& path);
 
