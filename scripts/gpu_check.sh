@@ -325,7 +325,7 @@ stage_train() {
   $BIN train model=transolver_volume dataset=synthetic_volume training.num_epochs=3 \
     training.steps_per_epoch=16 run_id=volume >"$OUT/train_volume.log" 2>&1
   local rc=$?
-  grep -vE "^Epoch [0-9]+ \[" "$OUT/train_volume.log" | tail -40 | tee -a "$OUT/summary.txt"
+  grep -vE "^(Epoch [0-9]+(/[0-9]+)? \[|Validation [0-9])" "$OUT/train_volume.log" | tail -52 | tee -a "$OUT/summary.txt"
   python3 scripts/check_tensorboard.py runs/volume 2>&1 | tee -a "$OUT/summary.txt"
   return $rc
 }
@@ -352,8 +352,8 @@ stage_ahmed() {
     timeout -s TERM "${AHMED_TIMEOUT:-300}" "$BIN" train model="$m" dataset="ahmed_$kind" \
       dataset.path="$data" training.num_epochs="${AHMED_EPOCHS:-200}" \
       scheduler.step_size="${AHMED_STEP:-50}" training.save_interval=25 run_id="ahmed_$m" \
-      ${AHMED_ARGS:-} 2>&1 | grep -vE "^Epoch [0-9]+ \[" >"$OUT/ahmed_$m.log" || rc=1
-    tail -28 "$OUT/ahmed_$m.log" | tee -a "$OUT/summary.txt"
+      ${AHMED_ARGS:-} 2>&1 | grep -vE "^(Epoch [0-9]+(/[0-9]+)? \[|Validation [0-9])" >"$OUT/ahmed_$m.log" || rc=1
+    tail -40 "$OUT/ahmed_$m.log" | tee -a "$OUT/summary.txt"
     "$BIN" infer --checkpoint "runs/ahmed_$m" --split val --out "runs/ahmed_$m/infer_val" \
       >>"$OUT/ahmed_$m.log" 2>&1 || rc=1
     tail -16 "$OUT/ahmed_$m.log" | tee -a "$OUT/summary.txt"
@@ -381,7 +381,7 @@ stage_ahmedvar() {
   done
   wait "${pids[@]}"
   for label in "${labels[@]}"; do
-    grep -vE "^Epoch [0-9]+ \[" "$OUT/ahmed_$label.log" | tail -12 >>"$OUT/summary.txt"
+    grep -vE "^(Epoch [0-9]+(/[0-9]+)? \[|Validation [0-9])" "$OUT/ahmed_$label.log" | tail -24 >>"$OUT/summary.txt"
     "$BIN" infer --checkpoint "runs/ahmed_$label" --split val --out "runs/ahmed_$label/infer_val" \
       >>"$OUT/ahmed_$label.log" 2>&1 || rc=1
     cp "runs/ahmed_$label/metrics.jsonl" "$OUT/ahmed_${label}_train.jsonl"
@@ -428,7 +428,7 @@ for p in glob.glob("'"$dir"'/big/*.safetensors"):
   $BIN train model=transolver_volume dataset=prepared dataset.path="$dir/big" \
     dataset.sampling_resolution=200000 training.num_epochs="${DATA_EPOCHS:-6}" \
     run_id=data_big ${DATA_ARGS:-} >"$OUT/data_train.log" 2>&1 || return 1
-  grep -vE "^Epoch [0-9]+ \[" "$OUT/data_train.log" | tail -30 | tee -a "$OUT/summary.txt"
+  grep -vE "^(Epoch [0-9]+(/[0-9]+)? \[|Validation [0-9])" "$OUT/data_train.log" | tail -30 | tee -a "$OUT/summary.txt"
   python3 - <<'PY' 2>&1 | tee -a "$OUT/summary.txt"
 import json
 rs = [json.loads(l) for l in open("runs/data_big/metrics.jsonl")]
