@@ -1,9 +1,11 @@
 // StepGuard: what a train step tells every rank besides its losses — that
-// this rank's loss or the averaged gradients are not finite, or that this
-// rank was asked to stop (SIGTERM, SIGINT) — as two more scalars in the
-// step's one readback all-reduce, so that it costs no collective and no host
-// sync. Their keys start with "control/"; observe() takes them out of the
-// values that are logged.
+// this rank's own loss is not finite (a bit per rank), that the averaged
+// gradients are not (one flag: averaged, they cannot say whose), or that
+// this rank was asked to stop (SIGTERM, SIGINT) — as three more scalars in
+// the step's one readback all-reduce, so that it costs no collective and no
+// host sync. A non-finite loss names the ranks whose loss it was. Their
+// keys start with "control/"; observe() takes them out of the values that
+// are logged.
 //
 // Every rank delivers the same values for a step, but not at the same loop
 // iteration. So a flag delivered for step k takes effect after step
@@ -35,7 +37,8 @@ class StepGuard {
   StepGuard(int rank, int world_size, int64_t lag);
 
   // Adds this step's control scalars (device tensors; nothing is read
-  // back): non-finite = the loss or any gradient is NaN or Inf.
+  // back): this rank's bit where `loss` is NaN or Inf, the gradients' flag
+  // where any gradient is.
   void add_controls(StepScalars& scalars, const torch::Tensor& loss,
                     const std::vector<torch::Tensor>& gradients, bool stop_requested) const;
   // Reads a delivered step's controls and removes them from its values.

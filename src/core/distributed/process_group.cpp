@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -85,13 +86,26 @@ class RankHealth {
     std::string report;
     std::vector<int> blamed;
     try {
-      set(key("failed", rank_), what);
+      // An error of this rank's own (a bad sample, the run's lock) is the
+      // cause, posted for the others to name: a peer that has not caught up
+      // yet is healthy, not hung. A collective that failed says nothing of
+      // its own: the peers are looked at.
+      if (!is_communication_failure(what)) {
+        set(key("failed", rank_), what);
+        write_launch_report({rank_}, what);
+        return {};
+      }
+      // A peer that reported its error, or went silent, is named at once; one
+      // that looks behind only once it could have gone silent (a killed rank
+      // beats for up to kStale more), since a dead rank is not a hung one.
       const auto deadline = std::chrono::steady_clock::now() + kStale + kBeat;
+      bool last = false;
       do {
-        report = culprits(blamed);
+        last = std::chrono::steady_clock::now() >= deadline;
+        report = culprits(blamed, /*name_behind=*/last);
         if (!report.empty()) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      } while (std::chrono::steady_clock::now() < deadline);
+      } while (!last);
     } catch (const std::exception& e) {
       report = "distributed: rank " + std::to_string(rank_) +
                ": the rendezvous store is unreachable too (" + e.what() + ")";
@@ -151,11 +165,25 @@ class RankHealth {
     }
   }
 
-  // The other ranks that reported a failure, else those whose heartbeat is
-  // stale; empty when every other rank looks alive.
-  // A rank that died or was stopped first, else one that hangs behind the
-  // others' progress, else one that reported a failure of its own.
-  std::string culprits(std::vector<int>& blamed) {
+  // Whether `what` is a collective or the store failing (a peer gone, a
+  // timeout) rather than an error of this rank's own.
+  static bool is_communication_failure(const std::string& what) {
+    std::string lower(what.size(), ' ');
+    std::transform(what.begin(), what.end(), lower.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    for (const char* sign : {"timed out", "timeout", "connection", "closed by peer", "broken pipe",
+                             "gloo", "nccl", "socket", "c10d", "distbackenderror"}) {
+      if (lower.find(sign) != std::string::npos) return true;
+    }
+    return false;
+  }
+
+  // The other ranks to blame: those that reported an error of their own
+  // (they said what happened, even if they have exited since), else those
+  // whose heartbeat is stale (died or stopped), else, with `name_behind`,
+  // those alive but behind the others' progress (hung); empty when every
+  // other rank looks healthy.
+  std::string culprits(std::vector<int>& blamed, bool name_behind) {
     std::string failed, silent, behind;
     std::vector<int> failed_ranks, silent_ranks, behind_ranks;
     std::vector<std::pair<int, int64_t>> progress;
@@ -171,7 +199,9 @@ class RankHealth {
       if (auto f = get(key("failed", r))) {
         failed += "\n  rank " + std::to_string(r) + " failed: " + *f;
         failed_ranks.push_back(r);
-      } else if (beat) {
+        continue;
+      }
+      if (beat) {
         progress.emplace_back(r, step);
         most = std::max(most, step);
       }
@@ -195,9 +225,9 @@ class RankHealth {
       }
     }
     const std::string head = "distributed: rank " + std::to_string(rank_) + " sees:";
-    if (!silent.empty()) return blamed = silent_ranks, head + silent;
-    if (!behind.empty()) return blamed = behind_ranks, head + behind;
     if (!failed.empty()) return blamed = failed_ranks, head + failed;
+    if (!silent.empty()) return blamed = silent_ranks, head + silent;
+    if (name_behind && !behind.empty()) return blamed = behind_ranks, head + behind;
     return {};
   }
 

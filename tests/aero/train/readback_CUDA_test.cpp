@@ -156,8 +156,8 @@ TEST(TrainerCudaTest, SteadyStateStepsMakeNoSynchronizingCall_CUDA) {
 // is the count-weighted all-rank mean. Needs 2 CUDA devices.
 // The step guard's gradient check on CUDA (one multi-tensor kernel): a NaN
 // or an Inf in any one of many gradients (of mixed sizes, one undefined)
-// sets this rank's bit, finite ones do not, and the gradients come out
-// bitwise as they went in.
+// sets the gradients' flag (not this rank's bit: its loss is finite), finite
+// ones do not, and the gradients come out bitwise as they went in.
 TEST(StepGuardCudaTest, FlagsANonFiniteGradientAndLeavesTheGradientsAlone_CUDA) {
   SKIP_WITHOUT_CUDA();
   const auto opts = torch::TensorOptions().device(torch::kCUDA);
@@ -171,11 +171,13 @@ TEST(StepGuardCudaTest, FlagsANonFiniteGradientAndLeavesTheGradientsAlone_CUDA) 
     for (const auto& g : grads) before.push_back(g.defined() ? g.clone() : g);
     StepScalars scalars;
     guard.add_controls(scalars, torch::ones({}, opts), grads, false);
-    double mask = -1;
+    double mask = -1, flag = -1;
     for (const auto& e : scalars.entries()) {
       if (e.key == "control/nonfinite_ranks") mask = e.value.item<double>();
+      if (e.key == "control/nonfinite_gradients") flag = e.value.item<double>();
     }
-    EXPECT_EQ(mask, poison != 0.0f ? 4.0 : 0.0) << poison;  // rank 2's bit
+    EXPECT_EQ(mask, 0.0) << poison;
+    EXPECT_EQ(flag, poison != 0.0f ? 1.0 : 0.0) << poison;
     for (size_t i = 0; i < grads.size(); ++i) {
       if (!grads[i].defined()) continue;
       EXPECT_TRUE(torch::allclose(grads[i], before[i], 0.0, 0.0, /*equal_nan=*/true)) << i;

@@ -3,6 +3,7 @@
 // exception mid-epoch that logs the landed steps and propagates.
 #include "aero/train/trainer.h"
 #include "aero/train/checkpoint.h"
+#include "aero/train/step_guard.h"
 #include "core/sinks/event_file_writer.h"
 #include "support/recipe_support.h"
 #include "support/test_support.h"
@@ -13,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <thread>
 
 namespace slipstream::aero {
@@ -76,6 +78,56 @@ class SlowDataset : public Dataset {
   std::shared_ptr<Dataset> inner_;
   std::chrono::milliseconds delay_;
 };
+
+// Two ranks' control scalars, delivered as the readback delivers them (the
+// all-rank mean of each): a NaN loss on one rank names that rank alone,
+// though the averaged gradients are NaN on both; NaN gradients under finite
+// losses name no rank.
+std::string guard_report(const std::vector<double>& losses, bool nan_gradients) {
+  const int world = static_cast<int>(losses.size());
+  std::map<std::string, double> sums;
+  std::vector<std::string> order;
+  for (int rank = 0; rank < world; ++rank) {
+    const StepGuard guard(rank, world, /*lag=*/2);
+    StepScalars scalars;
+    scalars.add("loss", torch::full({}, losses[static_cast<size_t>(rank)]));
+    std::vector<torch::Tensor> grads{torch::ones({3}) * (nan_gradients ? NAN : 1.0f)};
+    guard.add_controls(scalars, torch::full({}, losses[static_cast<size_t>(rank)]), grads, false);
+    for (const auto& e : scalars.entries()) {
+      if (!sums.count(e.key)) order.push_back(e.key);
+      sums[e.key] += e.value.item<double>();
+    }
+  }
+  StepRecord record;
+  record.step = 7;
+  for (const auto& key : order) record.values.emplace_back(key, sums[key] / world);
+  StepGuard observer(0, world, /*lag=*/2);
+  observer.observe(record);
+  EXPECT_EQ(record.values.size(), 1u);  // the controls are taken out of what is logged
+  try {
+    observer.throw_if_nonfinite();
+  } catch (const NonFiniteError& e) {
+    EXPECT_TRUE(observer.stop_after(9));
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TrainerTest, ANonFiniteLossNamesTheRankWhoseLossItWasNotEveryRank) {
+  const std::string one = guard_report({NAN, 0.5}, /*nan_gradients=*/true);
+  EXPECT_NE(one.find("train: step 7: non-finite loss on rank 0;"), std::string::npos) << one;
+  const std::string other = guard_report({0.5, 0.25, INFINITY}, true);
+  EXPECT_NE(other.find("non-finite loss on rank 2;"), std::string::npos) << other;
+  const std::string both = guard_report({NAN, NAN}, true);
+  EXPECT_NE(both.find("on ranks 0, 1"), std::string::npos) << both;
+  const std::string gradients = guard_report({0.5, 0.25}, true);
+  EXPECT_NE(gradients.find("non-finite gradients (every rank's loss is finite"), std::string::npos)
+      << gradients;
+  EXPECT_EQ(gradients.find("rank 0"), std::string::npos) << gradients;
+  EXPECT_NE(guard_report({0.5}, true).find("non-finite gradients on rank 0 (its loss is finite)"),
+            std::string::npos);
+  EXPECT_EQ(guard_report({0.5, 0.25}, false), "");
+}
 
 TEST(TrainerTest, AStarvedStepShowsItsWaitForDataInTheLogs) {
   testing::TempDir dir;
