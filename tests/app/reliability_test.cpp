@@ -102,6 +102,27 @@ std::map<std::string, std::string> snapshot(const std::string& dir) {
   return out;
 }
 
+// The dataset's manifest as versions before per-sample checksums wrote it.
+void drop_manifest_checksums(const std::string& data) {
+  std::ifstream in(data + "/manifest.json");
+  auto manifest = nlohmann::json::parse(in);
+  in.close();
+  ASSERT_TRUE(manifest.contains("checksums"));
+  manifest.erase("checksums");
+  std::ofstream(data + "/manifest.json", std::ios::trunc) << manifest.dump(2);
+}
+
+// A sample file changed after it was written: row 7's pressure becomes NaN
+// in place.
+void poison_pressure_row_7(const std::string& sample) {
+  const RandomAccessFile f(sample);
+  const auto pressure = read_safetensors_index(f).at("pressure");
+  std::fstream io(sample, std::ios::in | std::ios::out | std::ios::binary);
+  io.seekp(static_cast<std::streamoff>(pressure.offset + 7 * sizeof(float)));
+  const float nan = NAN;
+  io.write(reinterpret_cast<const char*>(&nan), sizeof(nan));
+}
+
 // Flips one bit in the middle of a file's tensor data.
 void flip_a_bit(const std::string& path) {
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
@@ -240,15 +261,7 @@ TEST(ReliabilityTest, ASampleWithANaNFieldIsNamedWithItsFileAndFieldAndExits1) {
   const std::string data = make_small_dataset(dir.path());
   ASSERT_FALSE(HasFailure());
   const std::string victim = data + "/sample_00001.safetensors";
-  // Changed after it was written: row 7's pressure becomes NaN in place.
-  {
-    const RandomAccessFile f(victim);
-    const auto pressure = read_safetensors_index(f).at("pressure");
-    std::fstream io(victim, std::ios::in | std::ios::out | std::ios::binary);
-    io.seekp(static_cast<std::streamoff>(pressure.offset + 7 * sizeof(float)));
-    const float nan = NAN;
-    io.write(reinterpret_cast<const char*>(&nan), sizeof(nan));
-  }
+  poison_pressure_row_7(victim);
   // Steps keep 256 of 400 rows, consecutive epochs the next block: the two
   // epochs read every row.
   const Exit e = run_slipstream(tiny(dir.path(), {"dataset.path=" + data}));
@@ -268,6 +281,7 @@ TEST(ReliabilityTest, SamplesWrittenBeforeTheSamplingLayoutStillTrainWithANote) 
     const std::string path = data + "/sample_0000" + std::to_string(i) + ".safetensors";
     write_as_v1(path, path);
   }
+  drop_manifest_checksums(data);
   const Exit e = run_slipstream(tiny(dir.path(), {"dataset.path=" + data}));
   EXPECT_EQ(e.code, 0) << e.output;
   EXPECT_OUTPUT_HAS(e, "was written before slipstream-samples-v2");
@@ -311,11 +325,35 @@ TEST(ReliabilityTest, AValSamplesWrongRowCountIsFoundBeforeTheFirstStep) {
   write_as_v1(victim, victim, [](const std::string& name, const at::Tensor& t) {
     return name == "pressure" ? t.narrow(0, 0, 399).clone() : t;
   });
+  drop_manifest_checksums(data);  // else the manifest's checksum finds it first
   const Exit e = run_slipstream(tiny(dir.path(), {"dataset.path=" + data}));
   EXPECT_EQ(e.code, 1) << e.output;
   EXPECT_OUTPUT_HAS(e, victim);
   EXPECT_OUTPUT_HAS(e, "point field 'pressure' has shape [399, 1]: one row per point (400)");
   EXPECT_EQ(train_steps_logged(dir.path() + "/r"), 0u);
+}
+
+// The manifest records each sample file's fingerprint: a file swapped for
+// another (here a train sample for the val one) is refused before the
+// first step, naming it.
+TEST(ReliabilityTest, ASampleFileReplacedByAnotherIsFoundBeforeTheFirstStep) {
+  testing::TempDir dir;
+  const std::string data = make_small_dataset(dir.path());
+  ASSERT_FALSE(HasFailure());
+  const std::string a = data + "/sample_00000.safetensors", b = data + "/sample_00003.safetensors";
+  fs::rename(a, data + "/swap");
+  fs::rename(b, a);
+  fs::rename(data + "/swap", b);
+  const Exit e = run_slipstream(tiny(dir.path(), {"dataset.path=" + data}));
+  EXPECT_EQ(e.code, 1) << e.output;
+  EXPECT_OUTPUT_HAS(e, "sample file '" + a + "' is not the file manifest '");
+  EXPECT_EQ(train_steps_logged(dir.path() + "/r"), 0u);
+  // Put back, it trains.
+  fs::rename(a, data + "/swap");
+  fs::rename(b, a);
+  fs::rename(data + "/swap", b);
+  const Exit ok = run_slipstream(tiny(dir.path(), {"dataset.path=" + data}));
+  EXPECT_EQ(ok.code, 0) << ok.output;
 }
 
 TEST(ReliabilityTest, NoOutputLandsOnARunADatasetAnInputOrAFileItDidNotWrite) {
@@ -385,6 +423,12 @@ TEST(ReliabilityTest, EverySampleHeaderIsCheckedBeforeTheFirstStep) {
     if (name != "pressure") tensors.emplace_back(name, t.clone());
   }
   write_safetensors(victim, tensors, f.metadata);
+  // With the manifest's checksums the swap is found first (another test);
+  // without them (an older manifest) the header check names the field.
+  const Exit swapped = run_slipstream(tiny(dir.path(), {"dataset.path=" + data}));
+  EXPECT_EQ(swapped.code, 1) << swapped.output;
+  EXPECT_OUTPUT_HAS(swapped, "sample file '" + victim + "' is not the file manifest");
+  drop_manifest_checksums(data);
   const Exit e = run_slipstream(tiny(dir.path(), {"dataset.path=" + data}));
   EXPECT_EQ(e.code, 1) << e.output;
   EXPECT_OUTPUT_HAS(e, victim);
@@ -609,6 +653,28 @@ TEST(ReliabilityTest, ARankKilledMidRunIsNamedByTheLauncherAndTheOthers) {
   const Exit e = launcher.wait(40s);
   EXPECT_NE(e.code, 0);
   EXPECT_OUTPUT_HAS(e, "launch: rank 1 was killed by signal 9");
+  EXPECT_EQ(e.output.find("is alive but"), std::string::npos) << e.output;  // it is dead
+}
+
+// A rank that fails with an error of its own (here a sample changed on
+// disk) is the cause; its peer, waiting in a collective, is healthy.
+TEST(ReliabilityTest, ARanksOwnErrorIsNamedAsTheCauseNotItsHealthyPeer) {
+  if (!has_gloo_backend()) GTEST_SKIP() << "no Gloo in this build";
+  testing::TempDir dir;
+  const std::string data = make_small_dataset(dir.path());
+  ASSERT_FALSE(HasFailure());
+  poison_pressure_row_7(data + "/sample_00001.safetensors");
+  const std::string port = std::to_string(testing::free_port());
+  auto args = tiny(dir.path(),
+                   {"dataset.path=" + data, "training.num_epochs=6", "distributed.timeout_s=30"});
+  args.insert(args.begin(), {"launch", "--nproc", "2", "--port", port, "--"});
+  const Exit e = run_slipstream(args, 90s);
+  EXPECT_NE(e.code, 0) << e.output;
+  EXPECT_OUTPUT_HAS(e, "row 7 is not finite");
+  EXPECT_OUTPUT_HAS(e, "exited with 1; stopping the other ranks");
+  for (const char* wrong : {"hung", "stopped responding", "caused the failure"}) {
+    EXPECT_EQ(e.output.find(wrong), std::string::npos) << wrong << "\n" << e.output;
+  }
 }
 
 TEST(ReliabilityTest, AHungRankIsBlamedInsteadOfTheHealthyRankThatTimedOut) {

@@ -1,5 +1,6 @@
 #include "aero/data/dataset.h"
 
+#include "aero/data/manifest.h"
 #include "core/io/atomic_file.h"
 
 #include <torch/torch.h>
@@ -193,6 +194,7 @@ void write_synthetic_directory(const std::string& dir, const SyntheticOptions& o
     std::snprintf(name, sizeof(name), "sample_%05lld.safetensors", static_cast<long long>(i));
     write_sample_file(dir + "/" + name, make_synthetic_sample(i, options));
     manifest[i < num_train ? "train" : "val"].push_back(name);
+    record_checksum(manifest, dir, name);
   }
   write_file_atomically(dir + "/manifest.json", manifest.dump(2) + "\n");
 }

@@ -57,8 +57,12 @@ std::shared_ptr<Dataset> open_entries(const DatasetSource& source,
                                       const std::vector<std::string>& entries,
                                       const std::string& manifest_path, const std::string& split) {
   if (resolved_format(source) == "samples") {
-    return std::make_shared<DirectoryDataset>(source.path,
-                                              sample_files(source, entries, manifest_path, split));
+    auto files = sample_files(source, entries, manifest_path, split);
+    // Each file is the one its manifest recorded (headers only).
+    if (!manifest_path.empty() && fs::is_regular_file(manifest_path)) {
+      check_checksums(read_manifest(manifest_path), source.path, files);
+    }
+    return std::make_shared<DirectoryDataset>(source.path, std::move(files));
   }
   const auto found = glob_relative(source.path, source.pdmsh.pattern);
   std::vector<std::string> samples;

@@ -1,5 +1,6 @@
 #include "aero/data/manifest.h"
 
+#include "aero/data/sample_file.h"
 #include "core/text/join.h"
 
 #include <c10/util/Exception.h>
@@ -65,11 +66,45 @@ Manifest read_manifest(const std::string& path) {
       continue;
     }
     if (key == "source") continue;
+    if (key == "checksums") {
+      TORCH_CHECK(value.is_object(), "dataset: manifest '", path,
+                  "' checksums must map sample files to numbers");
+      for (const auto& [file, sum] : value.items()) {
+        TORCH_CHECK(sum.is_number_unsigned() && sum.get<uint64_t>() <= UINT32_MAX,
+                    "dataset: manifest '", path, "' checksum of '", file,
+                    "' is not a 32-bit unsigned number");
+        m.checksums[file] = sum.get<uint32_t>();
+      }
+      continue;
+    }
     TORCH_CHECK(value.is_array(), "dataset: manifest '", path, "' split '", key,
                 "' must be a list of samples");
     m.splits[key] = string_list(value, "dataset: manifest '" + path + "' split '" + key + "'");
   }
   return m;
+}
+
+void record_checksum(nlohmann::json& manifest, const std::string& dir, const std::string& name) {
+  if (const auto sum = SampleFile(dir + "/" + name).fingerprint()) {
+    manifest["checksums"][name] = *sum;
+  }
+}
+
+void check_checksums(const Manifest& manifest, const std::string& dir,
+                     const std::vector<std::string>& files) {
+  if (manifest.checksums.empty()) return;  // written before manifests had them
+  for (const auto& name : files) {
+    const auto want = manifest.checksums.find(name);
+    TORCH_CHECK(want != manifest.checksums.end(), "dataset: manifest '", manifest.path,
+                "' records checksums but none for '", name,
+                "': the directory was changed after it was written; prepare it again");
+    const std::string path = dir + "/" + name;
+    const auto got = SampleFile(path).fingerprint();
+    TORCH_CHECK(got && *got == want->second, "dataset: sample file '", path,
+                "' is not the file manifest '", manifest.path,
+                "' recorded (it was replaced, or written by another prepare); prepare the dataset "
+                "again");
+  }
 }
 
 std::vector<std::string> Manifest::split_names() const {

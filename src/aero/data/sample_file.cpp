@@ -481,6 +481,31 @@ SampleLayout SampleFile::layout() const {
   return out;
 }
 
+std::optional<uint32_t> SampleFile::fingerprint() const {
+  if (checksums_.empty()) return std::nullopt;
+  uint32_t crc = 0;
+  const auto add = [&crc](const void* data, size_t size) { crc = crc32c(data, size, crc); };
+  const auto add_text = [&add](const std::string& text) { add(text.data(), text.size() + 1); };
+  for (const auto& [key, value] : index_.metadata) {
+    add_text(key);
+    add_text(value);
+  }
+  for (const auto& e : index_.entries) {
+    add_text(e.name);
+    const auto dtype = static_cast<int64_t>(e.dtype);
+    add(&dtype, sizeof dtype);
+    add(e.shape.data(), e.shape.size() * sizeof(int64_t));
+    add(&e.offset, sizeof e.offset);
+    add(&e.nbytes, sizeof e.nbytes);
+    const bool global = globals_.count(e.name) > 0;
+    if (global || starts_with(e.name, kChecksumPrefix)) {
+      const at::Tensor t = read_entry(e).contiguous();
+      add(t.data_ptr(), e.nbytes);
+    }
+  }
+  return crc;
+}
+
 at::Tensor SampleFile::read_entry(const SafetensorsEntry& e) const {
   auto t = torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype));
   file_.read(e.offset, e.nbytes, t.data_ptr());

@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -122,6 +123,15 @@ class SampleFile {
   SampleLayout layout() const;
   // The point fields the writer found non-finite values in.
   const std::set<std::string>& nonfinite() const { return nonfinite_; }
+
+  // What the file is, in 32 bits, from its header alone: a CRC-32C of its
+  // metadata, every tensor's name, type, shape and place, its globals'
+  // values and its point fields' chunk checksums (so every point value,
+  // through them). Another sample, or this one written again from other
+  // data, has another; the mesh's values are not in it. Null for a v1 file
+  // (no checksums). prepare and make-synthetic record it per sample in
+  // manifest.json, and opening a dataset compares.
+  std::optional<uint32_t> fingerprint() const;
 
   // The whole sample, mesh included; checksums verified.
   Sample read_all() const;

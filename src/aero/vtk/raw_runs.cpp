@@ -643,6 +643,7 @@ PrepareReport prepare_runs(const std::string& in_dir, const std::string& out_dir
     }
     if (!manifest.contains(split[i])) manifest[split[i]] = nlohmann::json::array();
     manifest[split[i]].push_back(name);
+    record_checksum(manifest, stage, name);
     if (split[i] == "train") report.train += 1;
     if (split[i] == "val") report.val += 1;
     if (split[i] == "test") report.test += 1;
