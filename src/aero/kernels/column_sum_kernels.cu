@@ -3,14 +3,14 @@
 // four loads in flight, and keeps 8 fp32 sums; the R partial sums of each
 // column are added in shared memory in a fixed order. Pass 2: a thread per
 // column (32 a column, then in order) adds the blocks' rows.
-#include "aero/model/kernels/column_sum_kernels.h"
+#include "aero/kernels/column_sum_kernels.h"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 
-#include "aero/model/kernels/launch.h"
+#include "aero/kernels/common/launch.h"
 
 namespace slipstream::aero::column_sum_kernels {
 namespace {

@@ -4,8 +4,9 @@
 // values per warp. E is 8 (16-byte pieces) for widths that are multiples of
 // 256, else 2 (4-byte pieces: multiples of 64, GeoTransolver's 448). Each
 // warp walks rows with a grid stride, two at a time.
-#include "aero/model/kernels/launch.h"
-#include "aero/model/kernels/layer_norm_kernels.h"
+#include "aero/kernels/common/launch.h"
+#include "aero/kernels/common/ptx.cuh"
+#include "aero/kernels/layer_norm_kernels.h"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -19,11 +20,7 @@ namespace {
 using bf16 = __nv_bfloat16;
 constexpr int kThreads = 256, kWarps = kThreads / 32, kRowsPerStep = 2;
 
-__device__ inline float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
+using kernels::warp_sum;
 
 // E bf16 values, loaded and stored as one piece.
 template <int E>

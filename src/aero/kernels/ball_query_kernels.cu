@@ -1,11 +1,11 @@
-#include "aero/model/kernels/ball_query_kernels.h"
+#include "aero/kernels/ball_query_kernels.h"
 
 #include <cuda_runtime.h>
 
 #include <cfloat>
 #include <climits>
 
-#include "aero/model/kernels/launch.h"
+#include "aero/kernels/common/launch.h"
 
 namespace slipstream::aero::ball_query_kernels {
 namespace {

@@ -1,12 +1,12 @@
-#include "aero/model/kernels/gelu_kernels.h"
+#include "aero/kernels/gelu_kernels.h"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 
-#include "aero/model/kernels/column_sum_kernels.h"
-#include "aero/model/kernels/launch.h"
+#include "aero/kernels/column_sum_kernels.h"
+#include "aero/kernels/common/launch.h"
 
 namespace slipstream::aero::gelu_kernels {
 namespace {

@@ -1,9 +1,9 @@
-#include "aero/model/kernels/cast_kernels.h"
+#include "aero/kernels/cast_kernels.h"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "aero/model/kernels/launch.h"
+#include "aero/kernels/common/launch.h"
 
 namespace slipstream::aero::cast_kernels {
 namespace {
