@@ -3,7 +3,7 @@
 // them), timed with the device synchronised around each. Usage:
 // ball_query_bench [N] [reps]
 #include "aero/data/synthetic.h"
-#include "aero/model/ball_query.h"
+#include "aero/ops/ball_query.h"
 #include "bench_timing.h"
 
 #include <torch/torch.h>

@@ -1,7 +1,7 @@
 // cuBLASLt's residual epilogue (lt_matmul.h) against the two ops it
 // replaces, at the GeoTransolver volume layer's shapes, timed with the device
 // synchronised around each run of reps. Usage: lt_matmul_bench [rows] [reps]
-#include "aero/model/lt_matmul.h"
+#include "aero/ops/lt_matmul.h"
 #include "bench_timing.h"
 
 #include <torch/torch.h>

@@ -10,10 +10,10 @@
 // add), its bytes the global memory it must read and write (the recomputed
 // points x slices weights never touch it). Figures are wall time over `reps`
 // back-to-back launches after warm-up, divided by reps.
-#include "aero/model/kernels/slice_kernels.h"
-#include "aero/model/linear.h"
-#include "aero/model/slice_ops.h"
-#include "aero/model/transolver.h"
+#include "aero/kernels/slice/slice_kernels.h"
+#include "aero/model/transolver/transolver.h"
+#include "aero/ops/linear.h"
+#include "aero/ops/slice_ops.h"
 #include "core/device/device.h"
 
 #include <torch/cuda.h>

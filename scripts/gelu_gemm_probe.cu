@@ -28,7 +28,7 @@
 #include <cstring>
 #include <vector>
 
-#include "aero/model/kernels/wgmma.cuh"
+#include "aero/kernels/common/wgmma.cuh"
 
 namespace wg = slipstream::aero::wgmma;
 using bf16 = __nv_bfloat16;

@@ -1,10 +1,10 @@
-// Checks the wgmma helpers of src/aero/model/kernels/wgmma.cuh on the GPU
+// Checks the wgmma helpers of src/aero/kernels/common/wgmma.cuh on the GPU
 // (sm_90a): one warpgroup multiplies a 64 x 16 A from registers by a B from
 // a tiled shared-memory matrix, K-major (n16) and MN-major (n56), and the
 // results are compared with the host's. Prints the largest errors; exits 1
 // when either is off. Build and run (scripts/gpu_check.sh wgmma):
 //   nvcc -std=c++17 -arch=sm_90a -I src scripts/wgmma_probe.cu -o wgmma_probe
-#include "aero/model/kernels/wgmma.cuh"
+#include "aero/kernels/common/wgmma.cuh"
 
 #include <cuda_bf16.h>
 

@@ -4,7 +4,7 @@
 // accumulator, then waits. Prints nanoseconds and SM cycles per product
 // per SM. Build and run (scripts/gpu_check.sh wgmma):
 //   nvcc -std=c++17 -arch=sm_90a -I src scripts/wgmma_rate.cu -o wgmma_rate
-#include "aero/model/kernels/wgmma.cuh"
+#include "aero/kernels/common/wgmma.cuh"
 
 #include <cuda_runtime.h>
 

@@ -5,8 +5,8 @@
 #include "aero/config/config.h"
 #include "aero/data/input_spec.h"
 #include "aero/data/sample.h"
-#include "aero/model/geotransolver.h"
-#include "aero/model/transolver.h"
+#include "aero/model/geotransolver/geotransolver.h"
+#include "aero/model/transolver/transolver.h"
 #include "core/io/safetensors.h"
 
 #include <torch/nn/module.h>

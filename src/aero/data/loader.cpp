@@ -1,6 +1,6 @@
 #include "aero/data/loader.h"
 
-#include "aero/model/domain_parallel.h"
+#include "aero/ops/domain_parallel.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/StreamGuard.h>

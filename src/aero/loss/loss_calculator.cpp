@@ -1,6 +1,6 @@
 #include "aero/loss/loss_calculator.h"
 
-#include "aero/model/domain_parallel.h"
+#include "aero/ops/domain_parallel.h"
 
 #include <torch/torch.h>
 

@@ -21,7 +21,7 @@
 #pragma once
 
 #include "aero/config/config.h"
-#include "aero/model/recompute.h"
+#include "aero/ops/recompute.h"
 
 #include <cstdint>
 #include <optional>

@@ -6,7 +6,7 @@
 // A new family is a new Model subclass and one entry in registry.cpp.
 #pragma once
 
-#include "aero/model/recompute.h"
+#include "aero/ops/recompute.h"
 #include "core/distributed/communicator.h"
 
 #include <c10/core/Device.h>
@@ -21,6 +21,13 @@
 namespace slipstream::aero {
 
 using ModelInputs = std::map<std::string, torch::Tensor>;
+
+// The widths a model is built for: per input (from the input spec and the
+// dataset's samples) and its output (the target fields' channels).
+struct ModelShape {
+  std::map<std::string, int64_t> input_widths;  // per model input
+  int64_t out_dim = 0;                          // total target channels
+};
 
 class Model : public torch::nn::Module {
  public:

@@ -1,10 +1,10 @@
 #include "aero/model/numerics_settings.h"
 
-#include "aero/model/lt_matmul.h"
-#include "aero/model/parameter_casts.h"
+#include "aero/ops/lt_matmul.h"
+#include "aero/ops/parameter_casts.h"
 
 #ifdef SLIPSTREAM_WITH_CUDA
-#include "aero/model/kernels/slice_kernels.h"
+#include "aero/kernels/slice/slice_kernels.h"
 #endif
 
 namespace slipstream::aero {

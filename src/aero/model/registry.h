@@ -16,11 +16,6 @@
 
 namespace slipstream::aero {
 
-struct ModelShape {
-  std::map<std::string, int64_t> input_widths;  // per model input
-  int64_t out_dim = 0;                          // total target channels
-};
-
 // Builds the family `config.model.name` (seeded by the caller); throws naming
 // the key on an unknown family, a bad option, or inputs the family does not
 // read.

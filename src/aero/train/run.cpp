@@ -1,8 +1,8 @@
 #include "aero/train/run.h"
 
 #include "aero/interop/mdlus.h"
-#include "aero/model/domain_parallel.h"
 #include "aero/model/numerics_settings.h"
+#include "aero/ops/domain_parallel.h"
 #include "aero/train/run_checkpoints.h"
 #include "core/device/device.h"
 #include "core/process/host_memory.h"

@@ -11,7 +11,7 @@
 #include "aero/fields/field_schema.h"
 #include "aero/forces/force_coefficients.h"
 #include "aero/forces/force_loss.h"
-#include "aero/model/recompute.h"
+#include "aero/ops/recompute.h"
 #include "aero/optim/muon_adamw.h"
 #include "core/readback/step_readback.h"
 

@@ -1,7 +1,7 @@
 #include "aero/train/trainer.h"
 
 #include "aero/model/memory_estimate.h"
-#include "aero/model/parameter_casts.h"
+#include "aero/ops/parameter_casts.h"
 #include "aero/train/graphed_step.h"
 #include "aero/train/log_records.h"
 #include "aero/train/run_checkpoints.h"

@@ -2,9 +2,9 @@
 // Module.save wrote load and reproduce PhysicsNeMo's outputs; what we write
 // reads back to the same model; bad files are errors naming the file.
 #include "aero/interop/mdlus.h"
-#include "aero/model/geotransolver.h"
+#include "aero/model/geotransolver/geotransolver.h"
 #include "aero/model/registry.h"
-#include "aero/model/transolver.h"
+#include "aero/model/transolver/transolver.h"
 #include "core/io/archive.h"
 #include "core/io/safetensors.h"
 

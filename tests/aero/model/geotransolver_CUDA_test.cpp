@@ -1,11 +1,11 @@
 // GeoTransolver on the GPU (run by scripts/gpu_check.sh; skipped without
 // CUDA): the ball-query kernel against the ATen reference path on the CPU,
 // and the whole model on the GPU in fp32 against PhysicsNeMo's fixture.
-#include "aero/model/ball_query.h"
-#include "aero/model/geotransolver.h"
-#include "aero/model/numerics.h"
-#include "aero/model/parameter_casts.h"
+#include "aero/model/geotransolver/geotransolver.h"
 #include "aero/model/registry.h"
+#include "aero/ops/ball_query.h"
+#include "aero/ops/numerics.h"
+#include "aero/ops/parameter_casts.h"
 #include "core/device/device.h"
 #include "core/io/safetensors.h"
 

@@ -2,8 +2,8 @@
 // parameter names, shapes and order; the small fixtures' outputs and every
 // gradient (fp32, CPU); the ball query's neighbours; and the ball query's
 // semantics and errors.
-#include "aero/model/geotransolver.h"
-#include "aero/model/ball_query.h"
+#include "aero/model/geotransolver/geotransolver.h"
+#include "aero/ops/ball_query.h"
 #include "core/io/safetensors.h"
 #include "support/recipe_support.h"
 #include "support/test_support.h"

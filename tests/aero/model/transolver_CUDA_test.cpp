@@ -3,10 +3,10 @@
 // fallback's dtype rules, and the whole Transolver with the bf16 LayerNorm
 // against autocast's own fp32 LayerNorm, both measured against fp32. Also
 // the bias gradient's column-sum kernels against an fp64 sum.
-#include "aero/model/fused_layer_norm.h"
-#include "aero/model/linear.h"
-#include "aero/model/numerics.h"
-#include "aero/model/transolver.h"
+#include "aero/model/transolver/transolver.h"
+#include "aero/ops/fused_layer_norm.h"
+#include "aero/ops/linear.h"
+#include "aero/ops/numerics.h"
 #include "core/device/device.h"
 
 #include "support/cuda_skip.h"

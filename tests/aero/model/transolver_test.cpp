@@ -1,6 +1,6 @@
 // Transolver against PhysicsNeMo's own: parameter count of the volume config,
 // and the fixture's forward output and every gradient (fp32, CPU).
-#include "aero/model/transolver.h"
+#include "aero/model/transolver/transolver.h"
 #include "core/io/safetensors.h"
 #include "support/recipe_support.h"
 #include "support/test_support.h"

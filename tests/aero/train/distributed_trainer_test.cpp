@@ -2,7 +2,7 @@
 // equals a single process on both samples, parameters stay bitwise equal on
 // every rank after every step, only rank 0 writes logs, and bad launches
 // fail with clear errors instead of hanging.
-#include "aero/model/transolver.h"
+#include "aero/model/transolver/transolver.h"
 #include "aero/train/trainer.h"
 #include "core/distributed/gradient_averager.h"
 #include "core/distributed/process_group.h"

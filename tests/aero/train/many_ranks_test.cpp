@@ -5,9 +5,9 @@
 // every rank. Data rank d takes sample d; domain rank k its shard of the
 // points; the loss and the averaging are the trainer's (domain_sum over the
 // domain group, GradientAverager over the world).
-#include "aero/model/domain_parallel.h"
-#include "aero/model/geotransolver.h"
-#include "aero/model/transolver.h"
+#include "aero/model/geotransolver/geotransolver.h"
+#include "aero/model/transolver/transolver.h"
+#include "aero/ops/domain_parallel.h"
 
 #include "core/distributed/gradient_averager.h"
 #include "core/distributed/process_group.h"

@@ -1,6 +1,6 @@
-#include "aero/model/fused_physics_attention.h"
+#include "aero/ops/fused_physics_attention.h"
 
-#include "aero/model/numerics.h"
+#include "aero/ops/numerics.h"
 
 #include <torch/autograd.h>
 #include <torch/torch.h>
@@ -8,7 +8,7 @@
 
 #include <cmath>
 
-#include "aero/model/slice_ops.h"
+#include "aero/ops/slice_ops.h"
 
 namespace slipstream::aero {
 namespace {

@@ -3,9 +3,9 @@
 // gradient, the next step's parameters) to fp32 round-off, and exact
 // chunked inference over the ranks gives the unsharded output; for
 // Transolver and for GeoTransolver.
-#include "aero/model/domain_parallel.h"
-#include "aero/model/geotransolver.h"
-#include "aero/model/transolver.h"
+#include "aero/ops/domain_parallel.h"
+#include "aero/model/geotransolver/geotransolver.h"
+#include "aero/model/transolver/transolver.h"
 
 #include "core/distributed/process_group.h"
 #include "core/io/safetensors.h"

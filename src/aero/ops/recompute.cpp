@@ -1,4 +1,4 @@
-#include "aero/model/recompute.h"
+#include "aero/ops/recompute.h"
 
 #include "core/device/device.h"
 

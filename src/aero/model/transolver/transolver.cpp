@@ -1,100 +1,15 @@
-#include "aero/model/transolver.h"
+#include "aero/model/transolver/transolver.h"
 
 #include <torch/torch.h>
 
-#include "aero/model/domain_parallel.h"
-#include "aero/model/fused_layer_norm.h"
-#include "aero/model/fused_physics_attention.h"
-#include "aero/model/linear.h"
-#include "aero/model/numerics.h"
-#include "aero/model/slice_ops.h"
-
-#include <cmath>
+#include "aero/model/physics_attention.h"
+#include "aero/ops/domain_parallel.h"
+#include "aero/ops/fused_physics_attention.h"
+#include "aero/ops/linear.h"
+#include "aero/ops/numerics.h"
+#include "aero/ops/slice_ops.h"
 
 namespace slipstream::aero {
-
-void trunc_normal_(torch::Tensor t, double std, double a, double b) {
-  torch::NoGradGuard no_grad;
-  auto cdf = [](double x) { return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))); };
-  const double lo = cdf(a / std), hi = cdf(b / std);
-  t.uniform_(2 * lo - 1, 2 * hi - 1);
-  t.erfinv_();
-  t.mul_(std * std::sqrt(2.0));
-  t.clamp_(a, b);
-}
-
-MlpImpl::MlpImpl(int64_t in, int64_t hidden, int64_t out)
-    : MlpImpl(in, std::vector<int64_t>{hidden}, out) {}
-
-MlpImpl::MlpImpl(int64_t in, const std::vector<int64_t>& hidden, int64_t out) {
-  torch::nn::Sequential seq;
-  int64_t width = in;
-  for (int64_t h : hidden) {
-    seq->push_back(torch::nn::Linear(width, h));
-    seq->push_back(torch::nn::GELU());
-    width = h;
-  }
-  seq->push_back(torch::nn::Linear(width, out));
-  layers = register_module("layers", seq);
-}
-
-// aero::linear (linear.h) rather than the C++ frontend's Linear::forward:
-// for inputs of more than two dimensions the latter runs matmul and then
-// `out += bias`, which under autocast adds an fp32 bias into a bf16 output
-// through a slow mixed-dtype kernel (seen: 22 ms of a 180 ms step).
-torch::Tensor linear(const torch::nn::LinearImpl& l, const torch::Tensor& x) {
-  return aero::linear(x, l.weight, l.bias);
-}
-
-torch::Tensor layer_norm(const torch::nn::LayerNormImpl& ln, const torch::Tensor& x,
-                         bool bf16_layer_norm) {
-  const auto& o = ln.options;
-  if (bf16_layer_norm)
-    return fused_layer_norm(x, o.normalized_shape(), ln.weight, ln.bias, o.eps());
-  return torch::layer_norm(x, o.normalized_shape(), ln.weight, ln.bias, o.eps());
-}
-
-std::pair<torch::Tensor, torch::Tensor> layer_norm_residual(const torch::nn::LayerNormImpl& ln,
-                                                            const torch::Tensor& x,
-                                                            bool bf16_layer_norm) {
-  const auto& o = ln.options;
-  if (bf16_layer_norm) {
-    return fused_layer_norm_residual(x, o.normalized_shape(), ln.weight, ln.bias, o.eps());
-  }
-  return {torch::layer_norm(x, o.normalized_shape(), ln.weight, ln.bias, o.eps()), x};
-}
-
-torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return forward_plus(x, {}); }
-
-torch::Tensor MlpImpl::forward_plus(const torch::Tensor& x, const torch::Tensor& residual) {
-  if (recompute_gelu && layers->size() == 3) {  // Linear, GELU, Linear: one function
-    const auto& l1 = *layers[0]->as<torch::nn::Linear>();
-    const auto& l2 = *layers[2]->as<torch::nn::Linear>();
-    if (l1.bias.defined() && l2.bias.defined())
-      return gelu_mlp(x, l1.weight, l1.bias, l2.weight, l2.bias, residual, keep_gelu);
-  }
-  const size_t last = layers->size() - 1;
-  const auto& l0 = *layers[0]->as<torch::nn::Linear>();
-  torch::Tensor y =
-      aero::linear_residual(x, l0.weight, l0.bias, last == 0 ? residual : torch::Tensor());
-  for (size_t i = 2; i < layers->size(); i += 2) {
-    const auto& l = *layers[i]->as<torch::nn::Linear>();
-    if (recompute_gelu) {
-      y = gelu_linear(y, l.weight, l.bias);
-      if (i == last && residual.defined()) y = y + residual;
-    } else {
-      y = aero::linear_residual(torch::gelu(y), l.weight, l.bias,
-                                i == last ? residual : torch::Tensor());
-    }
-  }
-  return y;
-}
-
-void set_mlp_recompute_gelu(torch::nn::Module& root, bool on) {
-  for (auto& m : root.modules(/*include_self=*/false)) {
-    if (auto* mlp = m->as<Mlp>()) mlp->recompute_gelu = on;
-  }
-}
 
 PhysicsAttentionImpl::PhysicsAttentionImpl(const TransolverOptions& o)
     : heads(o.n_head),
@@ -115,9 +30,12 @@ PhysicsAttentionImpl::PhysicsAttentionImpl(const TransolverOptions& o)
   in_project_fx = register_module("in_project_fx", torch::nn::Linear(c, c));
 }
 
+SliceProjection PhysicsAttentionImpl::projection() const {
+  return {*in_project_slice, temperature, eps, SliceForm::kTransolver};
+}
+
 torch::Tensor PhysicsAttentionImpl::slice_weights(const torch::Tensor& x_mid) {
-  auto logits = linear(*in_project_slice, x_mid);  // B N H G
-  return torch::softmax(logits / temperature.clamp(0.5, 5.0), -1);
+  return aero::slice_weights(projection(), x_mid);
 }
 
 bool PhysicsAttentionImpl::uses_fused(const torch::Tensor& x_mid) const {
@@ -139,13 +57,8 @@ torch::Tensor PhysicsAttentionImpl::forward(const torch::Tensor& x_in,
         x_mid, fx_mid,
         {in_project_slice->weight, in_project_slice->bias, temperature, qkv_project->weight, eps});
   } else {
-    auto w = slice_weights(x_mid);  // B N H G
-    // Sums over the points: over every rank's shard under domain parallelism.
-    auto norm = domain_sum(w.sum(1), domain_group);  // B H G
-    auto slice_token = domain_sum(torch::einsum("bnhg,bnhc->bhgc", {w, fx_mid}), domain_group);
-    slice_token = slice_token / (norm + eps).unsqueeze(-1);                    // B H G D
-    auto out_slice = slice_token_attention(slice_token, qkv_project->weight);  // B H G D
-    out = torch::einsum("bnhg,bhgc->bnhc", {w, out_slice});                    // B N H D
+    const auto [w, slice_token] = slice(projection(), x_mid, fx_mid, domain_group);
+    out = deslice(w, slice_token_attention(slice_token, qkv_project->weight));  // B N H D
   }
   return linear_residual(out.reshape({b, n, heads * dim_head}), out_linear->weight,
                          out_linear->bias, residual);
@@ -153,22 +66,12 @@ torch::Tensor PhysicsAttentionImpl::forward(const torch::Tensor& x_in,
 
 void PhysicsAttentionImpl::accumulate(const torch::Tensor& x_in, torch::Tensor& norm,
                                       torch::Tensor& token) {
-  const int64_t b = x_in.size(0), n = x_in.size(1);
-  const auto x = autocast_input(x_in);
-  const auto x_mid = linear(*in_project_x, x).view({b, n, heads, dim_head});
-  const auto fx_mid = linear(*in_project_fx, x).view({b, n, heads, dim_head});
-  const auto w = slice_weights(x_mid).to(torch::kFloat);  // B n H G
-  if (!norm.defined()) {
-    norm = torch::zeros({b, heads, slices}, w.options());
-    token = torch::zeros({b, heads, slices, dim_head}, w.options());
-  }
-  norm.add_(w.sum(1));
-  token.add_(torch::einsum("bnhg,bnhc->bhgc", {w, fx_mid.to(torch::kFloat)}));
+  accumulate_projected(projection(), *in_project_x, *in_project_fx, heads, x_in, norm, token);
 }
 
 torch::Tensor PhysicsAttentionImpl::slice_outputs(const torch::Tensor& norm,
                                                   const torch::Tensor& token) {
-  return slice_token_attention(token / (norm + eps).unsqueeze(-1), qkv_project->weight);
+  return slice_token_attention(tokens_of(norm, token, eps), qkv_project->weight);
 }
 
 torch::Tensor PhysicsAttentionImpl::apply(const torch::Tensor& x_in,
@@ -177,7 +80,7 @@ torch::Tensor PhysicsAttentionImpl::apply(const torch::Tensor& x_in,
   const auto x = autocast_input(x_in);
   const auto x_mid = linear(*in_project_x, x).view({b, n, heads, dim_head});
   const auto w = slice_weights(x_mid);
-  const auto out = torch::einsum("bnhg,bhgc->bnhc", {w, out_slice.to(w.scalar_type())});
+  const auto out = deslice(w, out_slice.to(w.scalar_type()));
   return linear(*out_linear, out.reshape({b, n, heads * dim_head}));
 }
 
@@ -332,25 +235,7 @@ torch::Tensor TransolverImpl::forward(const ModelInputs& inputs) {
   return forward(input(inputs, "embedding"), input(inputs, "fx"));
 }
 
-nlohmann::json TransolverImpl::physicsnemo_args() const {
-  const auto& o = options_;
-  return {{"functional_dim", o.functional_dim},
-          {"out_dim", o.out_dim},
-          {"embedding_dim", o.embedding_dim},
-          {"n_layers", o.n_layers},
-          {"n_hidden", o.n_hidden},
-          {"dropout", 0.0},
-          {"n_head", o.n_head},
-          {"act", "gelu"},
-          {"mlp_ratio", o.mlp_ratio},
-          {"slice_num", o.slice_num},
-          {"unified_pos", false},
-          {"ref", 8},
-          {"structured_shape", nullptr},
-          {"use_te", false},
-          {"time_input", false},
-          {"plus", false}};
-}
+nlohmann::json TransolverImpl::physicsnemo_args() const { return aero::physicsnemo_args(options_); }
 
 nlohmann::json TransolverImpl::numerics(c10::Device device, bool bf16) const {
   const auto& m = options_;

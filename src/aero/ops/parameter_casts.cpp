@@ -1,4 +1,4 @@
-#include "aero/model/parameter_casts.h"
+#include "aero/ops/parameter_casts.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -14,7 +14,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include "aero/model/kernels/cast_kernels.h"
+#include "aero/kernels/cast_kernels.h"
 #endif
 
 namespace slipstream::aero {

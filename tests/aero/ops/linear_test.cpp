@@ -1,8 +1,8 @@
 // aero::linear against at::linear (fp64, CPU): output and every gradient,
 // for row counts the bias-gradient fold does and does not divide.
-#include "aero/model/linear.h"
+#include "aero/ops/linear.h"
 #include "aero/model/numerics_settings.h"
-#include "aero/model/parameter_casts.h"
+#include "aero/ops/parameter_casts.h"
 
 #include "support/recipe_support.h"
 #include "support/test_support.h"

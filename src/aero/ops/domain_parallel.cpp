@@ -1,4 +1,4 @@
-#include "aero/model/domain_parallel.h"
+#include "aero/ops/domain_parallel.h"
 
 #include <torch/autograd.h>
 #include <torch/torch.h>

@@ -5,9 +5,9 @@
 // fused output and every gradient must be within bf16 tolerance of the
 // reference: at most 3x the plain bf16 path's own error, or 2e-2 relative.
 // Point counts include ones that are not multiples of the 32-point tile.
-#include "aero/model/kernels/slice_kernels.h"
-#include "aero/model/slice_ops.h"
-#include "aero/model/transolver.h"
+#include "aero/kernels/slice/slice_kernels.h"
+#include "aero/ops/slice_ops.h"
+#include "aero/model/transolver/transolver.h"
 #include "core/device/device.h"
 
 #include "support/cuda_skip.h"

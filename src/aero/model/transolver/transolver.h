@@ -18,7 +18,10 @@
 // 8,964,709 parameters.
 #pragma once
 
+#include "aero/model/layers.h"
 #include "aero/model/model.h"
+#include "aero/model/physics_attention.h"
+#include "aero/model/transolver/options.h"
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/activation.h>
@@ -27,63 +30,10 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
-#include <map>
 #include <string>
-#include <utility>
+#include <vector>
 
 namespace slipstream::aero {
-
-struct TransolverOptions {
-  int64_t functional_dim = 3;
-  int64_t embedding_dim = 7;
-  int64_t out_dim = 5;
-  int64_t n_layers = 12;
-  int64_t n_hidden = 256;
-  int64_t n_head = 8;
-  int64_t slice_num = 256;
-  int64_t mlp_ratio = 4;
-  // Added to the slice weights' sum over points before normalising.
-  double slice_norm_eps = 1e-2;
-  // Run slice -> attention -> deslice through fused_physics_attention (CUDA
-  // kernels that keep no points x heads x slices tensor) where its kernels
-  // apply: CUDA, bf16 autocast, dim_head 16/32/56/64, slices a multiple of 16
-  // up to 256. Elsewhere, and when false, the plain LibTorch path.
-  bool fused_attention = true;
-  // Under bf16 autocast, LayerNorm in bf16 (fused_layer_norm.h: bf16 in and
-  // out, fp32 statistics; CUDA kernels where they apply) instead of
-  // autocast's fp32 LayerNorm and the casts around it. No effect without
-  // autocast.
-  bool bf16_layer_norm = true;
-  // Each MLP keeps its hidden layer for the backward once, before its GELU,
-  // and recomputes the GELU there (MlpImpl::recompute_gelu): less memory
-  // (the volume config: 18.4 -> 14.0 GiB at 200k points) for ~4 ms a step.
-  bool mlp_recompute_gelu = false;
-};
-
-// Linear, GELU, Linear (or more hidden layers, each followed by GELU),
-// registered as "layers" (PhysicsNeMo's MLP: layers.0, layers.2, ...).
-class MlpImpl : public torch::nn::Module {
- public:
-  MlpImpl(int64_t in, int64_t hidden, int64_t out);
-  MlpImpl(int64_t in, const std::vector<int64_t>& hidden, int64_t out);
-  torch::Tensor forward(const torch::Tensor& x);
-  // forward(x) + residual, the add in the last Linear's GEMM where
-  // linear_residual (linear.h) can (residual undefined: forward(x)).
-  torch::Tensor forward_plus(const torch::Tensor& x, const torch::Tensor& residual);
-  torch::nn::Sequential layers{nullptr};
-  // Each GELU goes with the Linear after it (linear.h's gelu_linear): the
-  // hidden layers are kept for the backward once, before their GELU, which
-  // the backward recomputes. The same values either way.
-  bool recompute_gelu = false;
-  // With recompute_gelu, on the one-hidden-layer form: gelu(h) is kept for
-  // the backward too (gelu_mlp's keep_gelu), one more hidden layer of memory
-  // for one pass less over it.
-  bool keep_gelu = false;
-};
-TORCH_MODULE(Mlp);
-
-// Sets recompute_gelu on every Mlp under `root`.
-void set_mlp_recompute_gelu(torch::nn::Module& root, bool on);
 
 class PhysicsAttentionImpl : public torch::nn::Module {
  public:
@@ -103,6 +53,9 @@ class PhysicsAttentionImpl : public torch::nn::Module {
   void accumulate(const torch::Tensor& x, torch::Tensor& norm, torch::Tensor& token);
   torch::Tensor slice_outputs(const torch::Tensor& norm, const torch::Tensor& token);
   torch::Tensor apply(const torch::Tensor& x, const torch::Tensor& out_slice);
+
+  // This layer's slicing (physics_attention.h), in Transolver's form.
+  SliceProjection projection() const;
 
   int64_t heads, dim_head, slices;
   double eps;
@@ -189,21 +142,5 @@ class TransolverImpl : public Model {
   Preprocess preprocess_part_{this};
 };
 TORCH_MODULE(Transolver);
-
-// A Linear layer through aero::linear (one autograd function, the bias in
-// the GEMM), and a LayerNorm in bf16 under autocast when `bf16_layer_norm`
-// (fused_layer_norm.h): the two ways every model here applies them.
-torch::Tensor linear(const torch::nn::LinearImpl& l, const torch::Tensor& x);
-torch::Tensor layer_norm(const torch::nn::LayerNormImpl& ln, const torch::Tensor& x,
-                         bool bf16_layer_norm);
-// {layer_norm(ln, x), r} with r equal to x, for a block that adds x back
-// (fused_layer_norm_residual: in bf16, the two gradients meet in one kernel).
-std::pair<torch::Tensor, torch::Tensor> layer_norm_residual(const torch::nn::LayerNormImpl& ln,
-                                                            const torch::Tensor& x,
-                                                            bool bf16_layer_norm);
-
-// Fills `t` from a normal(0, std) truncated to [a, b] (absolute bounds), by
-// the inverse CDF, as torch.nn.init.trunc_normal_ does.
-void trunc_normal_(torch::Tensor t, double std, double a = -2.0, double b = 2.0);
 
 }  // namespace slipstream::aero

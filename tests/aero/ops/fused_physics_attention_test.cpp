@@ -4,10 +4,10 @@
 // temperatures at and beyond the clamp. This pins the backward's maths; the
 // CUDA kernels are held to the same reference on the device
 // (fused_attention_CUDA_test).
-#include "aero/model/fused_physics_attention.h"
-#include "aero/model/kernels/slice_kernels.h"
-#include "aero/model/slice_ops.h"
-#include "aero/model/transolver.h"
+#include "aero/ops/fused_physics_attention.h"
+#include "aero/kernels/slice/slice_kernels.h"
+#include "aero/ops/slice_ops.h"
+#include "aero/model/transolver/transolver.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

@@ -1,13 +1,13 @@
-#include "aero/model/slice_ops.h"
+#include "aero/ops/slice_ops.h"
 
 #include <ATen/ATen.h>
 
 #include <cstdint>
 #include <utility>
 
-#include "aero/model/kernels/slice_kernels.h"
-#include "aero/model/lt_matmul.h"
-#include "aero/model/parameter_casts.h"
+#include "aero/kernels/slice/slice_kernels.h"
+#include "aero/ops/lt_matmul.h"
+#include "aero/ops/parameter_casts.h"
 
 #ifdef SLIPSTREAM_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>

@@ -1,6 +1,6 @@
-#include "aero/model/numerics.h"
+#include "aero/ops/numerics.h"
 
-#include "aero/model/parameter_casts.h"
+#include "aero/ops/parameter_casts.h"
 
 #include <ATen/ATen.h>
 #include <torch/version.h>

@@ -1,4 +1,4 @@
-#include "aero/model/lt_matmul.h"
+#include "aero/ops/lt_matmul.h"
 
 #include <ATen/ATen.h>
 #include <torch/version.h>

@@ -1,4 +1,4 @@
-#include "aero/model/ball_query.h"
+#include "aero/ops/ball_query.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -9,7 +9,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include "aero/model/kernels/ball_query_kernels.h"
+#include "aero/kernels/ball_query_kernels.h"
 #endif
 
 namespace slipstream::aero {

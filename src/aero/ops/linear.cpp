@@ -1,4 +1,4 @@
-#include "aero/model/linear.h"
+#include "aero/ops/linear.h"
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
@@ -7,15 +7,15 @@
 #include <atomic>
 #include <cstdint>
 
-#include "aero/model/lt_matmul.h"
-#include "aero/model/numerics.h"
+#include "aero/ops/lt_matmul.h"
+#include "aero/ops/numerics.h"
 
 #ifdef SLIPSTREAM_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include "aero/model/kernels/column_sum_kernels.h"
-#include "aero/model/kernels/gelu_kernels.h"
+#include "aero/kernels/column_sum_kernels.h"
+#include "aero/kernels/gelu_kernels.h"
 #endif
 
 namespace slipstream::aero {

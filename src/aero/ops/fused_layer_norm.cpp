@@ -1,19 +1,19 @@
-#include "aero/model/fused_layer_norm.h"
+#include "aero/ops/fused_layer_norm.h"
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
 #include <cstdint>
 
-#include "aero/model/linear.h"
-#include "aero/model/numerics.h"
-#include "aero/model/parameter_casts.h"
+#include "aero/ops/linear.h"
+#include "aero/ops/numerics.h"
+#include "aero/ops/parameter_casts.h"
 
 #ifdef SLIPSTREAM_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include "aero/model/kernels/layer_norm_kernels.h"
+#include "aero/kernels/layer_norm_kernels.h"
 #endif
 
 namespace slipstream::aero {

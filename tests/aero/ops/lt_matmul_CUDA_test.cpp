@@ -6,8 +6,8 @@
 // fp32; mm(), the tuned GEMM linear.cpp runs its products on, against fp32
 // in every operand layout, accumulating, in fp32, with a bias, and first
 // used inside a CUDA graph capture.
-#include "aero/model/linear.h"
-#include "aero/model/lt_matmul.h"
+#include "aero/ops/linear.h"
+#include "aero/ops/lt_matmul.h"
 #include "core/device/cuda_graph.h"
 #include "core/device/device.h"
 

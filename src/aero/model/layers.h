@@ -1,0 +1,66 @@
+// The layers every model family here builds from: PhysicsNeMo's MLP, and
+// the two ways a Linear and a LayerNorm are applied (aero::linear's one
+// autograd function with the bias in the GEMM; LayerNorm in bf16 under
+// autocast, fused_layer_norm.h).
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace slipstream::aero {
+
+// Linear, GELU, Linear (or more hidden layers, each followed by GELU),
+// registered as "layers" (PhysicsNeMo's MLP: layers.0, layers.2, ...).
+class MlpImpl : public torch::nn::Module {
+ public:
+  MlpImpl(int64_t in, int64_t hidden, int64_t out);
+  MlpImpl(int64_t in, const std::vector<int64_t>& hidden, int64_t out);
+  torch::Tensor forward(const torch::Tensor& x);
+  // forward(x) + residual, the add in the last Linear's GEMM where
+  // linear_residual (linear.h) can (residual undefined: forward(x)).
+  torch::Tensor forward_plus(const torch::Tensor& x, const torch::Tensor& residual);
+  torch::nn::Sequential layers{nullptr};
+  // Each GELU goes with the Linear after it (linear.h's gelu_linear): the
+  // hidden layers are kept for the backward once, before their GELU, which
+  // the backward recomputes. The same values either way.
+  bool recompute_gelu = false;
+  // With recompute_gelu, on the one-hidden-layer form: gelu(h) is kept for
+  // the backward too (gelu_mlp's keep_gelu), one more hidden layer of memory
+  // for one pass less over it.
+  bool keep_gelu = false;
+};
+TORCH_MODULE(Mlp);
+
+// Sets recompute_gelu on every Mlp under `root`.
+void set_mlp_recompute_gelu(torch::nn::Module& root, bool on);
+
+// A Linear layer through aero::linear (one autograd function, the bias in
+// the GEMM), and a LayerNorm in bf16 under autocast when `bf16_layer_norm`
+// (fused_layer_norm.h): the two ways every model here applies them.
+torch::Tensor linear(const torch::nn::LinearImpl& l, const torch::Tensor& x);
+torch::Tensor layer_norm(const torch::nn::LayerNormImpl& ln, const torch::Tensor& x,
+                         bool bf16_layer_norm);
+// {layer_norm(ln, x), r} with r equal to x, for a block that adds x back
+// (fused_layer_norm_residual: in bf16, the two gradients meet in one kernel).
+std::pair<torch::Tensor, torch::Tensor> layer_norm_residual(const torch::nn::LayerNormImpl& ln,
+                                                            const torch::Tensor& x,
+                                                            bool bf16_layer_norm);
+
+// Fills `t` from a normal(0, std) truncated to [a, b] (absolute bounds), by
+// the inverse CDF, as torch.nn.init.trunc_normal_ does.
+void trunc_normal_(torch::Tensor t, double std, double a = -2.0, double b = 2.0);
+
+// Calls f(begin, length) for the chunks of n points (chunked inference).
+template <typename F>
+void for_chunks(int64_t n, int64_t chunk, F&& f) {
+  for (int64_t s = 0; s < n; s += chunk) f(s, std::min(chunk, n - s));
+}
+
+}  // namespace slipstream::aero
