@@ -37,11 +37,12 @@
 #              epilogue, checked against a reference and timed against cuBLAS + a GELU pass
 #   gemm       cuBLAS (through PyTorch) per operand layout at the GALE layer's shapes, and
 #              lt_matmul_bench (cuBLASLt's residual epilogue against linear + add) where built
-#   ab         the same bench (AB_MODEL, default geotransolver_volume; AB_POINTS, AB_OPTIMIZER) on this tree and on a
-#              base tree per file in AB_PATCH (`git diff BASE HEAD` files, space-separated: this tree
-#              with that one reversed, built incrementally in build-gpu/ after `build`), AB_ROUNDS
-#              rounds taken in turn so that drift hits them alike; AB_VARIANTS: this binary again
-#              with each override (or, for NAME=value in capitals, environment variable)
+#   base       start building the base tree AB_BASE (a `git archive` tarball, or a commit where .git is
+#              present) in a tree of its own, in the background, for a later `ab`
+#   ab         the same bench (AB_MODEL: models, space-separated, default geotransolver_volume;
+#              AB_POINTS, AB_OPTIMIZER) on this tree and on the base tree AB_BASE (built by `base`,
+#              or here), AB_ROUNDS rounds taken in turn so that drift hits them alike; AB_VARIANTS:
+#              this binary again with each override (or, for NAME=value in capitals, environment variable)
 #   ahmed      the full configs (AHMED_MODELS, default both surface ones) trained on prepared
 #              Ahmed samples (AHMED_SURFACE, AHMED_VOLUME: `prepare --splits configs/splits/ahmed.json`
 #              output, or a .tar.xz of it) for AHMED_EPOCHS epochs (scheduler.step_size AHMED_STEP;
@@ -187,55 +188,81 @@ stage_geo() {
   build-gpu/bench/ball_query_bench ${GEO_QUERY_POINTS:-200000} 2>&1 | tee -a "$OUT/summary.txt"
 }
 
+# The base tree of an A/B: AB_BASE, a `git archive` tarball (e.g. made by
+# `git archive -o .ab/base.tar.gz BASE` and carried) or, where .git is
+# here, a commit (checked out with `git worktree add`). It is built in a
+# tree of its own, never in this one.
+AB_DIR=/tmp/slipstream-ab
+base_tree() {
+  local src=$AB_DIR/base-src
+  [ -d "$src" ] && { echo "$src"; return 0; }
+  mkdir -p "$AB_DIR"
+  if [ -f "${AB_BASE:-}" ]; then
+    mkdir -p "$src" && tar -xzf "$AB_BASE" -C "$src" || return 1
+  elif [ -n "${AB_BASE:-}" ] && git rev-parse --verify -q "${AB_BASE}^{commit}" >/dev/null; then
+    git worktree add --detach "$src" "$AB_BASE" >/dev/null 2>&1 || return 1
+  else
+    return 1
+  fi
+  cp -r .deb "$src/" 2>/dev/null
+  echo "$src"
+}
+
+build_base() {  # the base tree's slipstream binary, as stage_build builds this one's
+  local src torch_prefix
+  src=$(base_tree) || { echo "ab: AB_BASE '${AB_BASE:-}' is neither a tarball nor a commit"; return 1; }
+  torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+  cmake -S "$src" -B "$src/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$torch_prefix;$PREFIX_PATH" -DSLIPSTREAM_BUILD_BENCHMARKS=OFF \
+    -DSLIPSTREAM_BUILD_TESTS=OFF -DCMAKE_CUDA_ARCHITECTURES=90 &&
+    cmake --build "$src/build-gpu" -j"$(nproc)" --target slipstream &&
+    cp "$src/build-gpu/app/slipstream" "$AB_DIR/base"
+}
+
+stage_base() {  # starts the base build in the background (stage ab waits for it)
+  [ -n "${AB_BASE:-}" ] || { log "base: set AB_BASE"; return 1; }
+  log "base: building $AB_BASE in $AB_DIR/base-src, in the background"
+  mkdir -p "$AB_DIR"
+  (build_base >"$OUT/ab-base.log" 2>&1; echo $? >"$AB_DIR/base.rc") &
+  echo $! >"$AB_DIR/base.pid"
+}
+
 stage_ab() {
-  # One base tree per patch in AB_PATCH (space-separated): this tree with
-  # that patch alone reversed, so "this" against each names that change.
-  # AB_VARIANTS (space-separated overrides, e.g. training.cuda_graph=false):
-  # this tree's binary again with that override, as one more tree.
-  [ -n "${AB_PATCH:-}${AB_VARIANTS:-}" ] || { log "ab: set AB_PATCH and/or AB_VARIANTS"; return 1; }
-  local points=${AB_POINTS:-200000} patch base v i=0 trees=(this) bins=("$BIN") extras=("")
-  local envs=("")
-  for v in ${AB_VARIANTS:-}; do  # NAME=value in capitals: an environment variable
+  # Trees: this one; the base (AB_BASE) where set; and this binary again
+  # with each override in AB_VARIANTS (NAME=value in capitals: an
+  # environment variable). Rounds (AB_ROUNDS) take the trees in turn, so
+  # that drift hits them alike.
+  [ -n "${AB_BASE:-}${AB_VARIANTS:-}" ] || { log "ab: set AB_BASE and/or AB_VARIANTS"; return 1; }
+  local points=${AB_POINTS:-200000} v i trees=(this) bins=("$BIN") extras=("") envs=("")
+  if [ -n "${AB_BASE:-}" ]; then
+    if [ -f "$AB_DIR/base.pid" ]; then
+      while kill -0 "$(cat "$AB_DIR/base.pid")" 2>/dev/null; do sleep 2; done
+    else
+      build_base >"$OUT/ab-base.log" 2>&1; echo $? >"$AB_DIR/base.rc"
+    fi
+    [ "$(cat "$AB_DIR/base.rc" 2>/dev/null)" = 0 ] ||
+      { log "ab: the base does not build (see $OUT/ab-base.log)"; tail -20 "$OUT/ab-base.log"; return 1; }
+    log "ab: base built"
+    trees+=(base)
+    bins+=("$AB_DIR/base")
+    extras+=("")
+    envs+=("")
+  fi
+  for v in ${AB_VARIANTS:-}; do
     trees+=("$v")
     bins+=("$BIN")
     if [[ $v =~ ^[A-Z_][A-Z0-9_]*= ]]; then extras+=(""); envs+=("$v"); else extras+=("$v"); envs+=(""); fi
   done
-  # Each base binary is built in this tree, incrementally (the libraries are
-  # static, so a copied binary keeps its code): the patch reversed, the
-  # build, the binary copied out, the patch applied again. The last build
-  # restores this tree's binary for the stages after this one.
-  if [ -n "${AB_PATCH:-}" ]; then
-    mkdir -p /tmp/slipstream-ab
-    cp "$BIN" /tmp/slipstream-ab/this && bins[0]=/tmp/slipstream-ab/this
-  fi
-  for patch in ${AB_PATCH:-}; do
-    i=$((i + 1))
-    patch=$(realpath "$patch")
-    log "ab: tree $(basename "$patch" .patch) = this tree with $(basename "$patch") reversed"
-    patch -R -p1 -s <"$patch" || { log "ab: $patch does not reverse"; return 1; }
-    if ! cmake --build build-gpu --target slipstream >"$OUT/ab-base-$i.log" 2>&1; then
-      patch -p1 -s <"$patch"
-      log "ab: the tree without $(basename "$patch") does not build (see $OUT/ab-base-$i.log)"
-      return 1
-    fi
-    cp "$BIN" "/tmp/slipstream-ab/base-$i"
-    patch -p1 -s <"$patch" || { log "ab: $patch does not apply again: the tree is left reversed"; return 1; }
-    trees+=("without-$(basename "$patch" .patch)")
-    bins+=("/tmp/slipstream-ab/base-$i")
-    extras+=("")
-    envs+=("")
-  done
-  if [ -n "${AB_PATCH:-}" ]; then
-    cmake --build build-gpu --target slipstream >"$OUT/ab-restore.log" 2>&1 ||
-      { log "ab: this tree no longer builds (see $OUT/ab-restore.log)"; return 1; }
-  fi
-  local args=(--rounds 1 --steps ${AB_STEPS:-10} --warmup 4 --policies async
-    model=${AB_MODEL:-geotransolver_volume} optimizer.name=${AB_OPTIMIZER:-adamw}
-    dataset.points_per_sample=$((points + points / 20)) dataset.sampling_resolution=$points)
-  for r in $(seq "${AB_ROUNDS:-3}"); do
-    for i in "${!trees[@]}"; do
-      echo "ab round $r ${trees[$i]}: $(env ${envs[$i]} "${bins[$i]}" bench "${args[@]}" ${extras[$i]} run_id=ab-$i-$r 2>&1 |
-        grep -E '^async')" | tee -a "$OUT/summary.txt"
+  local model
+  for model in ${AB_MODEL:-geotransolver_volume}; do
+    local args=(--rounds 1 --steps ${AB_STEPS:-10} --warmup 4 --policies async
+      model=$model optimizer.name=${AB_OPTIMIZER:-adamw}
+      dataset.points_per_sample=$((points + points / 20)) dataset.sampling_resolution=$points)
+    for r in $(seq "${AB_ROUNDS:-3}"); do
+      for i in "${!trees[@]}"; do
+        echo "ab $model round $r ${trees[$i]}: $(env ${envs[$i]} "${bins[$i]}" bench "${args[@]}" \
+          ${extras[$i]} run_id=ab-$i-$r 2>&1 | grep -E '^async')" | tee -a "$OUT/summary.txt"
+      done
     done
   done
 }
