@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <cstdio>
 #include <map>
 #include <set>
 #include <sstream>
@@ -108,6 +109,36 @@ LossResult GraphedStep::run(const Batch& batch, const Body& body) {
   }
   graph_.replay();
   return result_;
+}
+
+LossResult run_graphed_step(std::optional<GraphedStep>& graphed, bool& given_up, CudaGraphMode mode,
+                            int64_t step, const Batch& batch, const GraphedStep::Body& body) {
+  if (!graphed) return body(batch);
+  try {
+    LossResult result = graphed->run(batch, body);
+    if (graphed->gave_up() && !given_up) {
+      given_up = true;
+      TORCH_CHECK(mode != CudaGraphMode::kOn, "train: step ", step,
+                  ": training.cuda_graph=true, but the batches changed shape after ",
+                  graphed->captures(), " graph captures (use auto, or a ",
+                  "dataset.sampling_resolution below every sample's point count)");
+      std::fprintf(stderr,
+                   "train: step %lld: the batches changed shape after %lld CUDA graph "
+                   "captures; steps run eagerly from here (a dataset.sampling_resolution "
+                   "below every sample's point count keeps one shape)\n",
+                   static_cast<long long>(step), static_cast<long long>(graphed->captures()));
+    }
+    return result;
+  } catch (const std::exception& e) {
+    if (mode == CudaGraphMode::kOn) throw;
+    std::fprintf(stderr,
+                 "train: step %lld: CUDA graph capture failed, steps run eagerly from "
+                 "here on (training.cuda_graph=false skips the attempt): %s\n",
+                 static_cast<long long>(step), e.what());
+    graphed.reset();
+    given_up = true;
+    return body(batch);
+  }
 }
 
 }  // namespace slipstream::aero

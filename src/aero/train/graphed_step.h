@@ -33,6 +33,7 @@
 #include <c10/core/Device.h>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,5 +65,13 @@ class GraphedStep {
   int64_t captures_ = 0;
   bool gave_up_ = false;
 };
+
+// One train step through `graphed` where it is set, else `body` eagerly.
+// Where the graph gives up (batches of too many shapes) or its capture
+// fails, the step runs eagerly, `graphed` is reset, `given_up` is set and
+// one line on stderr says so; under training.cuda_graph=true (kOn) either
+// is an error naming `step`.
+LossResult run_graphed_step(std::optional<GraphedStep>& graphed, bool& given_up, CudaGraphMode mode,
+                            int64_t step, const Batch& batch, const GraphedStep::Body& body);
 
 }  // namespace slipstream::aero

@@ -1,5 +1,15 @@
 #include "aero/train/log_records.h"
 
+#include "core/io/atomic_file.h"
+#include "core/sinks/console_sink.h"
+#include "core/sinks/jsonl_sink.h"
+#include "core/sinks/tensorboard_sink.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
 namespace slipstream::aero {
 
 FieldKind kind_of(const std::string& key) {
@@ -51,6 +61,30 @@ LogRecord summary_log_record(const std::string& phase, int64_t epoch,
   rec.fields.push_back({"data_wait_share", t.seconds > 0 ? t.data_seconds / t.seconds : 0.0,
                         FieldKind::kPerformance});
   return rec;
+}
+
+void open_run_logs(MetricsLogger& logger, const Run& run, const nlohmann::json& resume,
+                   const nlohmann::json& invocation) {
+  if (logger.sink_count() > 0) return;
+  const auto& s = run.settings();
+  const std::string dir = s.run_dir();
+  std::filesystem::create_directories(dir);
+  write_file_atomically(dir + "/resolved_config.yaml", run.config.to_yaml());
+  logger.add_sink(std::make_unique<ConsoleSink>(stdout, s.console_every_n_steps));
+  logger.add_sink(std::make_unique<JsonlSink>(dir + "/metrics.jsonl"));
+  if (s.tensorboard) logger.add_sink(std::make_unique<TensorBoardSink>(dir + "/tb"));
+  nlohmann::json config = run.config_record();
+  config["resume"] = resume;
+  config["invocation"] = invocation;
+  logger.write_document("config", config);
+  std::printf("Model: %s, %lld parameters, %s on %s, %s\n",
+              config["model"].get<std::string>().c_str(),
+              static_cast<long long>(config["num_parameters"].get<int64_t>()),
+              to_string(run.precision).c_str(), run.device.str().c_str(),
+              config["numerics"].dump().c_str());
+  nlohmann::json dataset = run.dataset_record();
+  dataset["resume"] = resume;
+  logger.write_document("dataset", dataset);
 }
 
 }  // namespace slipstream::aero

@@ -2,8 +2,12 @@
 // delivered train or val step, one per epoch summary, in the recipe's fields.
 #pragma once
 
+#include "aero/train/run.h"
 #include "core/readback/step_readback.h"
 #include "core/sinks/log_record.h"
+#include "core/sinks/metrics_logger.h"
+
+#include <nlohmann/json.hpp>
 
 #include <map>
 #include <optional>
@@ -33,5 +37,12 @@ LogRecord summary_log_record(const std::string& phase, int64_t epoch,
                              const std::map<std::string, double>& means,
                              const std::vector<std::string>& keys, std::optional<double> lr,
                              const EpochTimes& times);
+
+// Rank 0's sinks of a run (console, metrics.jsonl, TensorBoard where
+// configured) added to `logger`, resolved_config.yaml written, and the
+// `config` and `dataset` records (with `resume` and `invocation`) logged;
+// the console's "Model:" line. Nothing where logger already has sinks.
+void open_run_logs(MetricsLogger& logger, const Run& run, const nlohmann::json& resume,
+                   const nlohmann::json& invocation);
 
 }  // namespace slipstream::aero

@@ -1,64 +1,25 @@
 #include "aero/train/trainer.h"
 
-#include "aero/model/memory_estimate.h"
 #include "aero/ops/parameter_casts.h"
 #include "aero/train/graphed_step.h"
 #include "aero/train/log_records.h"
+#include "aero/train/memory_check.h"
 #include "aero/train/run_checkpoints.h"
 #include "aero/train/run_summary.h"
 #include "aero/train/step_guard.h"
+#include "aero/train/step_phases.h"
+#include "aero/train/validation.h"
 #include "core/device/device.h"
 #include "core/io/atomic_file.h"
-#include "core/process/host_memory.h"
 #include "core/process/stop_signal.h"
-#include "core/readback/step_means.h"
-#include "core/sinks/console_sink.h"
-#include "core/sinks/jsonl_sink.h"
-#include "core/sinks/tensorboard_sink.h"
 
-#include <ATen/record_function.h>
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
-#include <array>
-#include <chrono>
-#include <cmath>
 #include <csignal>
-#include <filesystem>
-#include <iostream>
 #include <optional>
 
 namespace slipstream::aero {
-
-namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-
-namespace {
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// The points a step trains on over all ranks: (1, N, C) targets of N points
-// each (a domain-parallel rank's N is its shard).
-double batch_points(const Batch& batch, int world_size) {
-  const auto& t = batch.target;
-  if (!t.defined() || t.dim() < 2) return std::nan("");
-  return static_cast<double>(t.size(t.dim() - 2)) * world_size;
-}
-
-// The profiler's name of a step phase's scope ("step.loader", ...).
-const char* phase_scope_name(Phase p) {
-  static const auto names = [] {
-    std::array<std::string, kPhaseCount> n;
-    for (int i = 0; i < kPhaseCount; ++i) n[i] = std::string("step.") + phase_name(Phase(i));
-    return n;
-  }();
-  return names[static_cast<int>(p)].c_str();
-}
-
-}  // namespace
 
 Trainer::Trainer(Run& run) : run_(run) {}
 
@@ -67,37 +28,6 @@ Trainer::~Trainer() = default;
 void Trainer::set_sync_audit(bool on) {
   audit_enabled_ = on;
   if (!on) audit_.stop();
-}
-
-StepReadback::Options Trainer::readback_options(const char* phase) const {
-  StepReadback::Options ro;
-  ro.policy = run_.settings().readback;
-  ro.comm = run_.comm.get();
-  ro.name = phase;
-  return ro;
-}
-
-void Trainer::setup_logging(const nlohmann::json& resume) {
-  if (run_.rank != 0 || logger_.sink_count() > 0) return;
-  const auto& s = run_.settings();
-  const std::string dir = s.run_dir();
-  fs::create_directories(dir);
-  write_file_atomically(dir + "/resolved_config.yaml", run_.config.to_yaml());
-  logger_.add_sink(std::make_unique<ConsoleSink>(stdout, s.console_every_n_steps));
-  logger_.add_sink(std::make_unique<JsonlSink>(dir + "/metrics.jsonl"));
-  if (s.tensorboard) logger_.add_sink(std::make_unique<TensorBoardSink>(dir + "/tb"));
-  nlohmann::json config = run_.config_record();
-  config["resume"] = resume;
-  config["invocation"] = invocation_;
-  logger_.write_document("config", config);
-  std::printf("Model: %s, %lld parameters, %s on %s, %s\n",
-              config["model"].get<std::string>().c_str(),
-              static_cast<long long>(config["num_parameters"].get<int64_t>()),
-              to_string(run_.precision).c_str(), run_.device.str().c_str(),
-              config["numerics"].dump().c_str());
-  nlohmann::json dataset = run_.dataset_record();
-  dataset["resume"] = resume;
-  logger_.write_document("dataset", dataset);
 }
 
 std::unique_ptr<PrefetchLoader> Trainer::train_loader(int64_t epoch, int64_t first_step,
@@ -113,6 +43,10 @@ std::unique_ptr<PrefetchLoader> Trainer::train_loader(int64_t epoch, int64_t fir
   options.augment = true;
   return std::make_unique<PrefetchLoader>(run_.data.train, std::move(epoch_samples), options,
                                           epoch);
+}
+
+void Trainer::setup_logging(const nlohmann::json& resume) {
+  if (run_.rank == 0) open_run_logs(logger_, run_, resume, invocation_);
 }
 
 EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
@@ -146,7 +80,7 @@ EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
   const int64_t epoch_start = global_step_ - first_step;
   StepMeans means = first_step > 0 ? partial_means_ : StepMeans{};
   StepGuard guard(run_.rank, run_.world_size, kMaxStepsInFlight);
-  auto options = readback_options("train");
+  auto options = readback_options(run_, "train");
   options.max_in_flight = kMaxStepsInFlight;
   StepReadback readback(
       [&](StepRecord r) {
@@ -163,15 +97,8 @@ EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
       options);
   step_times_.clear();
   if (audit_enabled_ && !audit_.active()) audit_available_ = audit_.start();
-  // Each phase is also a profiler scope, so that a trace (bench --profile,
-  // scripts/trace_gaps.py) says where the host's time in a step goes.
-  std::optional<at::RecordFunction> phase_scope;
-  auto phase = [&](Phase p) {
-    if (audit_.active()) audit_.set_phase(p);
-    phase_scope.reset();
-    phase_scope.emplace(at::RecordScope::USER_SCOPE);
-    if (phase_scope->isActive()) phase_scope->before(phase_scope_name(p));
-  };
+  StepPhases phases(audit_);
+  const auto phase = [&](Phase p) { phases.enter(p); };
   std::vector<torch::Tensor> params = model.parameters();
   // Under bf16 on CUDA the parameters are cast once a step, in one launch
   // (parameter_casts.h, unless numerics.parameter_casts is per_use).
@@ -215,45 +142,21 @@ EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
       Batch batch = loader.next();
       const double data_time = seconds_since(wait_t0);
       data_seconds += data_time;
-      if (!memory_checked_) check_memory(batch);
+      if (!memory_checked_) {
+        memory_checked_ = true;
+        check_step_memory(run_, batch);
+      }
       if (!loader.has_next() && epoch < s.num_epochs) {
         int64_t next_steps = 0;
         next_loader_ = train_loader(epoch + 1, 0, next_steps);
         next_loader_epoch_ = epoch + 1;
       }
-      LossResult result;
       // The first step of an epoch runs eagerly (it allocates and warms the
       // caches); the graph is captured at the next.
-      if (graphed && i > first_step) {
-        phase(Phase::kForward);
-        try {
-          result = graphed->run(batch, step_body);
-          if (graphed->gave_up() && !graphs_given_up_) {
-            graphs_given_up_ = true;
-            TORCH_CHECK(graph_mode != CudaGraphMode::kOn, "train: step ", global_step_,
-                        ": training.cuda_graph=true, but the batches changed shape after ",
-                        graphed->captures(), " graph captures (use auto, or a ",
-                        "dataset.sampling_resolution below every sample's point count)");
-            std::fprintf(stderr,
-                         "train: step %lld: the batches changed shape after %lld CUDA graph "
-                         "captures; steps run eagerly from here (a dataset.sampling_resolution "
-                         "below every sample's point count keeps one shape)\n",
-                         static_cast<long long>(global_step_),
-                         static_cast<long long>(graphed->captures()));
-          }
-        } catch (const std::exception& e) {
-          if (graph_mode == CudaGraphMode::kOn) throw;
-          std::fprintf(stderr,
-                       "train: step %lld: CUDA graph capture failed, steps run eagerly from "
-                       "here on (training.cuda_graph=false skips the attempt): %s\n",
-                       static_cast<long long>(global_step_), e.what());
-          graphed.reset();
-          graphs_given_up_ = true;
-          result = step_body(batch);
-        }
-      } else {
-        result = step_body(batch);
-      }
+      if (graphed && i > first_step) phase(Phase::kForward);
+      LossResult result = i > first_step ? run_graphed_step(graphed, graphs_given_up_, graph_mode,
+                                                            global_step_, batch, step_body)
+                                         : step_body(batch);
       phase(Phase::kOptimizer);
       std::vector<torch::Tensor> grads;
       grads.reserve(params.size());
@@ -282,11 +185,11 @@ EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
     }
     phase(Phase::kOther);
     readback.drain();
-    phase_scope.reset();
+    phases.end();
   }
   guard.throw_if_nonfinite();
-  EpochResult r =
-      finish_epoch("train", epoch, done, seconds_since(epoch_t0), data_seconds, means.means());
+  EpochResult r = finish_epoch(run_, logger_, "train", epoch, done, seconds_since(epoch_t0),
+                               data_seconds, means.means());
   r.interrupted = done < steps;
   r.graph_captures = graphed ? graphed->captures() : 0;
   partial_means_ = r.interrupted ? means : StepMeans{};
@@ -295,97 +198,7 @@ EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
 
 EpochResult Trainer::val_epoch(int64_t epoch) {
   setup_logging();
-  const auto& s = run_.settings();
-  Model& model = *run_.model;
-  model.eval();
-  torch::NoGradGuard no_grad;
-  const auto order = epoch_order(run_.data.val->size(), epoch, s.seed, /*shuffle=*/false,
-                                 run_.data_rank(), run_.data_world(), /*drop_last=*/false);
-  const int64_t steps = static_cast<int64_t>(order.size());
-  // The same points every epoch, so that val losses compare across epochs.
-  PrefetchLoader loader(run_.data.val, order, run_.loader, /*epoch=*/0);
-  StepMeans means;
-  const int64_t first = val_step_;
-  // A non-finite val loss is left out of the means: named, never silent.
-  std::vector<std::string> step_samples;
-  std::vector<std::string> nonfinite_samples;
-  StepReadback readback(
-      [&](const StepRecord& r) {
-        means.add(r.values);
-        const auto loss = std::find_if(r.values.begin(), r.values.end(),
-                                       [](const auto& kv) { return kv.first == "loss"; });
-        if (loss != r.values.end() && !std::isfinite(loss->second)) {
-          nonfinite_samples.push_back(step_samples.at(static_cast<size_t>(r.step - first)));
-        }
-        if (run_.rank != 0) return;
-        LogRecord record =
-            step_log_record("val", r, epoch, r.step - first + 1, steps,
-                            {{"epoch", static_cast<double>(epoch), FieldKind::kIndex},
-                             {"val_step", static_cast<double>(r.step - first), FieldKind::kIndex}});
-        record.epochs = s.num_epochs;
-        logger_.write(record);
-      },
-      readback_options("val"));
-  const auto epoch_t0 = Clock::now();
-  double data_seconds = 0;
-  {
-    ReadbackScope scope(readback);
-    for (int64_t i = 0; i < steps; ++i) {
-      const auto t0 = Clock::now();
-      Batch batch = loader.next();
-      const double data_time = seconds_since(t0);
-      data_seconds += data_time;
-      step_samples.push_back(batch.sample_id);
-      torch::Tensor prediction;
-      {
-        AutocastGuard autocast(run_.device, run_.bf16());
-        prediction = model.forward(batch.inputs);
-      }
-      LossResult result =
-          run_.loss->compute(prediction, batch.target, batch.weights, batch.force_weights);
-      readback.start(val_step_++, result.scalars,
-                     {{"step_time_s", seconds_since(t0)}, {"data_time_s", data_time}});
-      readback.deliver_landed();
-    }
-    readback.drain();
-  }
-  auto summary = means.means();
-  summary["nonfinite_steps"] = static_cast<double>(nonfinite_samples.size());
-  if (!nonfinite_samples.empty()) {
-    std::string names;
-    for (const auto& id : nonfinite_samples) names += (names.empty() ? "" : ", ") + id;
-    std::fprintf(stderr,
-                 "val: epoch %lld: %zu of %lld steps had a non-finite loss on rank %d (%s); the "
-                 "summary's means leave them out\n",
-                 static_cast<long long>(epoch), nonfinite_samples.size(),
-                 static_cast<long long>(steps), run_.rank, names.c_str());
-  }
-  return finish_epoch("val", epoch, steps, seconds_since(epoch_t0), data_seconds, summary);
-}
-
-EpochResult Trainer::finish_epoch(const char* phase, int64_t epoch, int64_t steps, double seconds,
-                                  double data_seconds, const std::map<std::string, double>& means) {
-  EpochResult r;
-  r.epoch = epoch;
-  r.steps = steps;
-  r.seconds = seconds;
-  r.data_seconds = data_seconds;
-  r.peak_memory_gib = peak_memory_gib(run_.device);
-  r.means = means;
-  if (run_.comm && run_.world_size > 1) {
-    // The epoch summary may block: the largest peak over ranks.
-    auto t = torch::full({1}, r.peak_memory_gib,
-                         torch::TensorOptions().dtype(torch::kDouble).device(run_.device));
-    run_.comm->all_reduce_max(t);
-    r.peak_memory_gib = t.item<double>();
-  }
-  if (run_.rank != 0) return r;
-  const bool train = std::string(phase) == "train";
-  logger_.write(
-      summary_log_record(phase, epoch, r.means, run_.loss->keys(),
-                         train ? std::optional<double>(run_.optimizer->lr()) : std::nullopt,
-                         {r.seconds, r.data_seconds, r.steps, r.peak_memory_gib}));
-  return r;
+  return validate_epoch(run_, logger_, epoch, val_step_);
 }
 
 std::string Trainer::sync_audit_report() const {
@@ -393,41 +206,6 @@ std::string Trainer::sync_audit_report() const {
     return "Sync audit: not available (this build has no CUDA; nothing was counted)\n";
   }
   return audit_.report();
-}
-
-void Trainer::check_memory(const Batch& batch) {
-  memory_checked_ = true;
-  const auto& s = run_.settings();
-  const double points = batch_points(batch, 1);
-  if (!s.memory_check || !std::isfinite(points)) return;
-  const Config& c = run_.config;
-  const bool fused = run_.device.is_cuda() && run_.bf16() && c.has("model.fused_attention") &&
-                     c.get<bool>("model.fused_attention");
-  const auto estimate =
-      estimate_training_memory(c, run_.model->parameter_count(), static_cast<int64_t>(points),
-                               run_.bf16(), fused, s.recompute);
-  const double capacity = memory_capacity_bytes(run_.device);
-  if (!estimate || capacity <= 0) return;
-  // On the CPU the model and its state are already in memory, outside what
-  // is still available; a GPU's capacity is its whole memory.
-  const double need = run_.device.is_cuda() ? estimate->total()
-                                            : estimate->activation_bytes + estimate->working_bytes;
-  TORCH_CHECK(need <= capacity, "train: rank ", run_.rank, ": a step of ",
-              static_cast<int64_t>(points), " points (sample '", batch.sample_id, "') needs ",
-              estimate->describe(), ", more than the ", format_gib(capacity),
-              run_.device.is_cuda() ? " of " + run_.device.str()
-                                    : std::string(" this machine has available"),
-              ". Fewer points a step (dataset.sampling_resolution), training.recompute=block "
-              "(one block's activations at a time), a smaller model (model.n_layers, "
-              "model.n_hidden) or more ranks sharing each sample (distributed.domain_parallel) "
-              "make it smaller; training.memory_check=false tries anyway");
-  if (run_.rank == 0) {
-    std::printf(
-        "Memory: a step of %lld points needs %s, of the %s %s\n", static_cast<long long>(points),
-        estimate->describe().c_str(), format_gib(capacity).c_str(),
-        run_.device.is_cuda() ? ("of " + run_.device.str()).c_str() : "this machine has available");
-    std::fflush(stdout);
-  }
 }
 
 void Trainer::note_best(TrainResult& result) const {

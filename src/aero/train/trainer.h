@@ -24,6 +24,7 @@
 // of steps, so per-step collectives cannot deadlock.
 #pragma once
 
+#include "aero/train/epoch_result.h"
 #include "aero/train/run.h"
 #include "aero/train/run_directory.h"
 #include "core/device/sync_audit.h"
@@ -41,17 +42,6 @@
 #include <vector>
 
 namespace slipstream::aero {
-
-struct EpochResult {
-  int64_t epoch = 0;
-  int64_t steps = 0;         // steps of the epoch taken (a resumed part included)
-  bool interrupted = false;  // a stop request ended it before its last step
-  double seconds = 0.0;
-  double data_seconds = 0.0;  // the host's wait for batches
-  double peak_memory_gib = 0.0;
-  int64_t graph_captures = 0;           // CUDA graphs captured (training.cuda_graph)
-  std::map<std::string, double> means;  // per key, NaN steps left out
-};
 
 struct TrainResult {
   std::vector<EpochResult> train, val;
@@ -108,12 +98,6 @@ class Trainer {
   static constexpr int64_t kMaxStepsInFlight = 4;
 
   void setup_logging(const nlohmann::json& resume = false);
-  StepReadback::Options readback_options(const char* phase) const;
-  EpochResult finish_epoch(const char* phase, int64_t epoch, int64_t steps, double seconds,
-                           double data_seconds, const std::map<std::string, double>& means);
-  // Refuses, before the first step of a session, a step `batch`'s size
-  // whose estimated memory exceeds the device's (training.memory_check).
-  void check_memory(const Batch& batch);
   // Fills result's best_* from the run's best checkpoint (rank 0).
   void note_best(TrainResult& result) const;
   // The train loader of an epoch from `first_step` on, and its steps.
