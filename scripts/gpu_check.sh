@@ -27,13 +27,13 @@
 #              "backward_kernel<.int.56"; NCU_SKIP launches skipped; NCU_CMD the program,
 #              default ball_query_bench):
 #              its details page and the SASS lines with the most stall samples
-#   wgmma      scripts/wgmma_probe.cu: the wgmma helpers' products against the host's, with the
+#   wgmma      dev/probes/wgmma_probe.cu: the wgmma helpers' products against the host's, with the
 #              MN-major descriptor as wgmma.cuh has it (must pass) and swapped (for comparison);
-#              scripts/wgmma_rate.cu: the time of one product for small N
+#              dev/probes/wgmma_rate.cu: the time of one product for small N
 #   slices     build-gpu/bench/slice_kernels_bench at 200k points, head sizes SLICE_DIMS (default
 #              "56 32"), with the mma.sync kernels (numerics.slice_kernels: mma) and the wgmma ones
 #              (SLICE_KERNELS: those of "mma wgmma" to run)
-#   gelugemm   scripts/gelu_gemm_probe.cu: a wgmma GEMM with GELU (forward) or GELU's backward in its
+#   gelugemm   dev/probes/gelu_gemm_probe.cu: a wgmma GEMM with GELU (forward) or GELU's backward in its
 #              epilogue, checked against a reference and timed against cuBLAS + a GELU pass
 #   gemm       cuBLAS (through PyTorch) per operand layout at the GALE layer's shapes, and
 #              lt_matmul_bench (cuBLASLt's residual epilogue against linear + add) where built
@@ -492,12 +492,12 @@ stage_profile() {
   log "profile: one AdamW round's kernels, fused (volume config)"
   bench --rounds 1 --steps 6 --warmup 4 optimizer.name=adamw run_id=profile --profile \
     --policies async ${PROFILE_ARGS:-}
-  python3 scripts/trace_ops.py runs/bench-profile-kernel_trace.json ${PROFILE_KERNELS:-14} 10 2>&1 \
+  python3 dev/trace/trace_ops.py runs/bench-profile-kernel_trace.json ${PROFILE_KERNELS:-14} 10 2>&1 \
     | tee -a "$OUT/summary.txt"
   log "profile: where the GPU sits idle"
-  python3 scripts/trace_gaps.py runs/bench-profile-kernel_trace.json 10 16 2>&1 | tee -a "$OUT/summary.txt"
+  python3 dev/trace/trace_gaps.py runs/bench-profile-kernel_trace.json 10 16 2>&1 | tee -a "$OUT/summary.txt"
   log "profile: the small kernels"
-  python3 scripts/trace_small.py runs/bench-profile-kernel_trace.json 10 ${PROFILE_SMALL:-25} 2>&1 \
+  python3 dev/trace/trace_small.py runs/bench-profile-kernel_trace.json 10 ${PROFILE_SMALL:-25} 2>&1 \
     | tee -a "$OUT/summary.txt"
 }
 
@@ -506,20 +506,20 @@ stage_wgmma() {
   nvcc=$(sed -n 's/^CMAKE_CUDA_COMPILER:[A-Z]*=//p' build-gpu/CMakeCache.txt 2>/dev/null)
   for swap in 0 1; do
     "${nvcc:-nvcc}" -std=c++17 -arch=sm_90a -I src -DSLIPSTREAM_WGMMA_MN_SWAP=$swap \
-      scripts/wgmma_probe.cu -o "/tmp/wgmma_probe_$swap" >"$OUT/wgmma_probe_$swap.log" 2>&1 ||
+      dev/probes/wgmma_probe.cu -o "/tmp/wgmma_probe_$swap" >"$OUT/wgmma_probe_$swap.log" 2>&1 ||
       { log "wgmma: the probe does not build"; cat "$OUT/wgmma_probe_$swap.log"; return 1; }
     "/tmp/wgmma_probe_$swap" 2>&1 | tee -a "$OUT/summary.txt"
     [ "${PIPESTATUS[0]}" = 0 ] || { [ $swap = 1 ] || rc=1; }
   done
-  "${nvcc:-nvcc}" -std=c++17 -arch=sm_90a -I src scripts/wgmma_rate.cu -o /tmp/wgmma_rate \
+  "${nvcc:-nvcc}" -std=c++17 -arch=sm_90a -I src dev/probes/wgmma_rate.cu -o /tmp/wgmma_rate \
     >"$OUT/wgmma_rate.log" 2>&1 && /tmp/wgmma_rate 2>&1 | tee -a "$OUT/summary.txt"
   return $rc
 }
 
-stage_gelugemm() {  # scripts/gelu_gemm_probe.cu: the MLP's GEMM with GELU in its epilogue
+stage_gelugemm() {  # dev/probes/gelu_gemm_probe.cu: the MLP's GEMM with GELU in its epilogue
   log "gelugemm: wgmma GEMM + GELU epilogue against cuBLAS + a GELU pass"
   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I src -Xptxas -v \
-    scripts/gelu_gemm_probe.cu -lcublas -o /tmp/gelu_gemm_probe >"$OUT/gelugemm-build.log" 2>&1 \
+    dev/probes/gelu_gemm_probe.cu -lcublas -o /tmp/gelu_gemm_probe >"$OUT/gelugemm-build.log" 2>&1 \
     || { log "gelugemm: build FAILED"; grep -E "error" "$OUT/gelugemm-build.log" | head; return 1; }
   /tmp/gelu_gemm_probe "${GELU_GEMM_M:-200000}" 2>&1 | tee -a "$OUT/summary.txt"
 }
@@ -567,7 +567,7 @@ PY
 
 stage_gemm() {
   log "gemm: cuBLAS per operand layout, the GALE layer's shapes at 200k rows"
-  python3 scripts/gemm_layouts.py 200000 2>&1 | tee -a "$OUT/summary.txt"
+  python3 dev/probes/gemm_layouts.py 200000 2>&1 | tee -a "$OUT/summary.txt"
   if [ -x build-gpu/bench/lt_matmul_bench ]; then
     log "gemm: cuBLASLt's residual epilogue against linear + add (lt_matmul_bench)"
     build-gpu/bench/lt_matmul_bench 200000 20 2>&1 | tee -a "$OUT/summary.txt"

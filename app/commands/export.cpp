@@ -1,5 +1,6 @@
 // slipstream export --checkpoint CKPT --out model.mdlus: a trained model as
 // PhysicsNeMo's .mdlus (aero/interop/mdlus.h), for Module.from_checkpoint.
+#include "aero/infer/trained_model.h"
 #include "aero/interop/mdlus.h"
 #include "aero/train/run.h"
 #include "commands/commands.h"

@@ -23,14 +23,15 @@
 // split over the D ranks (exact: the same prediction as one process), and
 // rank 0 writes.
 #include "aero/infer/inference.h"
+#include "aero/infer/trained_model.h"
 #include "aero/interop/mdlus.h"
-#include "aero/train/run.h"
+#include "aero/run/runtime.h"
+#include "aero/run/train_settings.h"
 #include "commands/commands.h"
 #include "commands/field_names.h"
 #include "commands/output_guard.h"
 #include "commands/tables.h"
-#include "core/device/device.h"
-#include "core/distributed/process_group.h"
+#include "core/distributed/launch_env.h"
 #include "core/io/atomic_file.h"
 #include "core/io/svg_scatter.h"
 #include "core/sinks/jsonl_sink.h"
@@ -65,8 +66,7 @@ struct InferOptions {
   FieldNameOptions fields;
 };
 
-bool is_surface(const aero::Sample& s) { return s.has_point("normals") && s.has_point("area"); }
-
+#ifdef SLIPSTREAM_WITH_VTK
 // <name>_pred, <name>_true, <name>_error per target, physical units.
 std::vector<std::pair<std::string, torch::Tensor>> output_fields(const aero::SampleInference& r,
                                                                  const aero::Sample& sample,
@@ -83,13 +83,15 @@ std::vector<std::pair<std::string, torch::Tensor>> output_fields(const aero::Sam
   return out;
 }
 
+#endif
+
 // Writes the sample's ParaView file at `stem` + .vtp (a surface with its
 // polygons) or .vtu (points); returns the path, or "" without VTK.
 std::string write_paraview(const std::string& stem, const aero::SampleInference& r,
-                           const aero::Sample& sample, const aero::FieldSchema& fields) {
+                           const aero::Sample& sample, const aero::TrainedModel& trained) {
 #ifdef SLIPSTREAM_WITH_VTK
-  const auto out = output_fields(r, sample, fields);
-  if (is_surface(sample) && !sample.mesh.empty()) {
+  const auto out = output_fields(r, sample, trained.fields);
+  if (trained.domain == aero::SampleDomain::kSurface && !sample.mesh.empty()) {
     aero::SurfaceMesh mesh;
     mesh.vertices = sample.mesh.at("vertices");
     mesh.offsets = sample.mesh.at("offsets");
@@ -103,7 +105,7 @@ std::string write_paraview(const std::string& stem, const aero::SampleInference&
   aero::write_vtu(stem + ".vtu", sample.point("points"), out);
   return stem + ".vtu";
 #else
-  (void)stem, (void)r, (void)sample, (void)fields;
+  (void)stem, (void)r, (void)sample, (void)trained;
   return "";
 #endif
 }
@@ -179,15 +181,15 @@ int run_split(const InferOptions& o, const aero::TrainedModel& trained, c10::Dev
   for (size_t i = 0; i < dataset->size(); ++i) {
     const aero::Sample sample = dataset->get(i);
     aero::SampleInference r = aero::infer_sample(trained, sample);
-    const std::string file = o.write_meshes ? write_paraview(o.out + "/" + file_stem(sample.id), r,
-                                                             sample, trained.fields)
-                                            : std::string();
+    const std::string file =
+        o.write_meshes ? write_paraview(o.out + "/" + file_stem(sample.id), r, sample, trained)
+                       : std::string();
     wrote_files = wrote_files || !file.empty();
     nlohmann::json record = aero::infer_step_record(r, i);
     if (!file.empty()) record["file"] = file;
     if (jsonl) jsonl->write_document("infer_step", record);
     std::cout << "[" << i + 1 << "/" << dataset->size() << "] " << sample.id << ": " << r.points
-              << (is_surface(sample) ? " cells" : " points") << " in " << r.seconds << " s ("
+              << " " << aero::point_noun(trained.domain) << " in " << r.seconds << " s ("
               << r.chunks << (r.chunks == 1 ? " pass" : " chunks")
               << (trained.model->exact_in_chunks() || r.chunks == 1 ? "" : ", approximate")
               << (ranks > 1 ? " over " + std::to_string(ranks) + " ranks" : "") << ", peak "
@@ -249,14 +251,14 @@ int run_split(const InferOptions& o, const aero::TrainedModel& trained, c10::Dev
 
 #ifdef SLIPSTREAM_WITH_VTK
 int run_single(const InferOptions& o, const aero::TrainedModel& trained, c10::Device device) {
-  const bool surface = trained.spec.settings.dataset_kind == "surface";
+  const bool surface = trained.domain == aero::SampleDomain::kSurface;
   const aero::Sample sample =
       surface ? aero::read_raw_surface_run(o.run_dir, trained.fields, o.fields.resolve())
               : aero::read_raw_run(o.run_dir, trained.fields, o.fields.resolve());
   const aero::SampleInference r = aero::infer_sample(trained, sample);
   fs::path stem = o.out;
   stem.replace_extension("");
-  const std::string file = write_paraview(stem.string(), r, sample, trained.fields);
+  const std::string file = write_paraview(stem.string(), r, sample, trained);
   nlohmann::json doc{{"run", o.run_dir},
                      {"file", file},
                      {"checkpoint", trained.checkpoint.path},
@@ -273,9 +275,9 @@ int run_single(const InferOptions& o, const aero::TrainedModel& trained, c10::De
   warn_out_of_distribution(o.run_dir, r);
   const std::string json_path = stem.string() + ".json";
   write_file_atomically(json_path, doc.dump(2) + "\n");
-  std::cout << "Wrote " << file << " (" << sample.num_points()
-            << (surface ? " cells, " : " points, ") << aero::to_string(trained.precision) << " on "
-            << device.str() << "); metrics in " << json_path << ":";
+  std::cout << "Wrote " << file << " (" << sample.num_points() << " "
+            << aero::point_noun(trained.domain) << ", " << aero::to_string(trained.precision)
+            << " on " << device.str() << "); metrics in " << json_path << ":";
   for (const auto& [k, v] : r.metrics) std::cout << " " << k << "=" << v;
   for (const auto& [k, v] : r.forces_pred) {
     std::cout << " " << k << "=" << v << " (true " << r.forces_true.at(k) << ")";
@@ -287,12 +289,8 @@ int run_single(const InferOptions& o, const aero::TrainedModel& trained, c10::De
 
 // A PhysicsNeMo .mdlus records no fields, statistics or inputs: the config
 // (configs/ plus the overrides) gives them.
-aero::TrainedModel load_mdlus(const InferOptions& o, const CommandContext& context,
+aero::TrainedModel load_mdlus(const InferOptions& o, const aero::Config& config,
                               c10::Device device) {
-  TORCH_CHECK(!o.split.empty(),
-              "infer: a .mdlus predicts a split (--split NAME [--data DIR]);"
-              " for a raw run, prepare it first");
-  const auto config = aero::Config::load(context.config_dir, o.overrides);
   const auto spec = aero::resolve_run_spec(config);
   const auto layout = aero::open_named_split(spec, o.split, o.data)->layout();
   return aero::trained_from_mdlus(o.checkpoint, config, layout, device);
@@ -358,15 +356,28 @@ int run_infer(const InferOptions& options, const CommandContext& context) {
   TORCH_CHECK(env.world_size == 1 || !o.split.empty(),
               "infer: over several ranks, predict a split (--split NAME); --in RUN runs on one");
   check_outputs(o);  // before any work
-  const c10::Device device = resolve_device(o.device, env.local_rank);
-  const auto comm = init_process_group(env, device);
-  aero::TrainedModel trained = aero::is_mdlus_path(o.checkpoint)
-                                   ? load_mdlus(o, context, device)
-                                   : aero::load_trained(o.checkpoint, device);
-  trained.domain_group = comm.get();
-  if (!o.split.empty()) return run_split(o, trained, device);
+  // The checkpoint is read once, before the process group: its config
+  // gives the group's timeout (a .mdlus: configs/ and the overrides).
+  const bool mdlus = aero::is_mdlus_path(o.checkpoint);
+  TORCH_CHECK(!mdlus || !o.split.empty(),
+              "infer: a .mdlus predicts a split (--split NAME [--data DIR]);"
+              " for a raw run, prepare it first");
+  std::optional<aero::TrainedCheckpoint> checkpoint;
+  std::optional<aero::Config> mdlus_config;
+  if (mdlus) {
+    mdlus_config = aero::Config::load(context.config_dir, o.overrides);
+  } else {
+    checkpoint = aero::read_trained(o.checkpoint);
+  }
+  const aero::Config& config = mdlus ? *mdlus_config : checkpoint->config;
+  const aero::Runtime runtime =
+      aero::open_runtime(o.device, env, aero::resolve_settings(config).distributed_timeout_s);
+  aero::TrainedModel trained = mdlus ? load_mdlus(o, config, runtime.device)
+                                     : aero::load_trained(*checkpoint, runtime.device);
+  trained.domain_group = runtime.comm.get();
+  if (!o.split.empty()) return run_split(o, trained, runtime.device);
 #ifdef SLIPSTREAM_WITH_VTK
-  return run_single(o, trained, device);
+  return run_single(o, trained, runtime.device);
 #else
   needs_vtk("infer --in RUN");
 #endif

@@ -5,6 +5,7 @@
 // its class, PhysicsNeMo constructor arguments and parameter count; for
 // ours also where its run stood (epochs, step, val loss), its run and
 // precision, and its targets with their scaling.
+#include "aero/infer/trained_model.h"
 #include "aero/interop/mdlus.h"
 #include "aero/train/run.h"
 #include "commands/commands.h"

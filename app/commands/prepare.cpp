@@ -7,7 +7,7 @@
 // with --format openfoam, OpenFOAM case directories (--in one case or a
 // directory of them) read through VTK's OpenFOAM reader. The target fields
 // and their types come from the config's dataset (`dataset.targets`).
-#include "aero/train/train_settings.h"
+#include "aero/run/train_settings.h"
 #include "aero/vtk/openfoam_case.h"
 #include "commands/commands.h"
 #include "commands/field_names.h"

@@ -15,7 +15,7 @@
 #include "aero/data/sample_envelope.h"
 #include "aero/forces/force_coefficients.h"
 #include "aero/forces/force_loss.h"
-#include "aero/train/run.h"
+#include "aero/infer/trained_model.h"
 
 #include <nlohmann/json.hpp>
 

@@ -195,7 +195,7 @@ at::Tensor weight_grad(const at::Tensor& g, const at::Tensor& in, at::ScalarType
 
 // The input gradient g w, (rows, in), added to acc when it is defined. For
 // out >= in, w goes to cuBLAS as the transpose of its transposed copy: on
-// the H200 at 200k rows (scripts/gemm_layouts.py) the (448 x 448) product
+// the H200 at 200k rows (dev/probes/gemm_layouts.py) the (448 x 448) product
 // ran at 621 TFLOP/s that way against 326 as w, the (1792 x 448) at 722
 // against 671; the (448 x 1792) at 544 against 552, so it keeps w.
 at::Tensor input_grad(const at::Tensor& g, const at::Tensor& w, const at::Tensor& acc = {}) {

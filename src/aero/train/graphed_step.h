@@ -27,7 +27,7 @@
 
 #include "aero/data/loader.h"
 #include "aero/loss/loss_calculator.h"
-#include "aero/train/train_settings.h"
+#include "aero/run/train_settings.h"
 #include "core/device/cuda_graph.h"
 
 #include <c10/core/Device.h>

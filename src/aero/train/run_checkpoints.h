@@ -11,7 +11,7 @@
 // Every rank loads; only rank 0 (which holds `dir`) writes.
 #pragma once
 
-#include "aero/train/checkpoint.h"
+#include "aero/run/checkpoint.h"
 #include "aero/train/run.h"
 #include "aero/train/run_directory.h"
 

@@ -12,7 +12,7 @@
 // starts over.
 #pragma once
 
-#include "aero/train/checkpoint.h"
+#include "aero/run/checkpoint.h"
 
 #include <string>
 

@@ -2,7 +2,7 @@
 // normalisation that invert exactly, JSON round trip, errors that name the
 // field, and its resolution from a config (the recipe's `targets:` form).
 #include "aero/fields/field_schema.h"
-#include "aero/train/train_settings.h"
+#include "aero/run/train_settings.h"
 #include "support/recipe_support.h"
 #include "support/test_support.h"
 

@@ -3,9 +3,10 @@
 // widths come from the input spec and the targets; load_trained rebuilds
 // what inference needs from the checkpoint alone.
 #include "aero/train/run.h"
+#include "aero/infer/trained_model.h"
 #include "aero/interop/mdlus.h"
 #include "aero/model/registry.h"
-#include "aero/train/checkpoint.h"
+#include "aero/run/checkpoint.h"
 #include "aero/train/run_checkpoints.h"
 #include "aero/train/trainer.h"
 #include "core/device/device.h"

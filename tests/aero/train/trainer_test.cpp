@@ -2,7 +2,7 @@
 // own lr; TensorBoard files that read back; checkpoints and resume; and an
 // exception mid-epoch that logs the landed steps and propagates.
 #include "aero/train/trainer.h"
-#include "aero/train/checkpoint.h"
+#include "aero/run/checkpoint.h"
 #include "aero/train/step_guard.h"
 #include "core/sinks/event_file_writer.h"
 #include "support/recipe_support.h"

@@ -1,5 +1,5 @@
 """What fp8 would buy a Linear layer of the volume models at 200k rows, before
-any of it is built: python3 scripts/fp8_gemm_probe.py [rows].
+any of it is built: python3 dev/probes/fp8_gemm_probe.py [rows].
 
 Per GEMM shape of a GALE / Transolver layer (out x in), the three products
 of a training step (forward y = x w^T, input gradient g w, weight gradient

@@ -61,14 +61,27 @@ std::string save_checkpoint(const std::string& dir, const TrainPosition& positio
 // Checkpoint files in `dir`, newest first (temp files are not listed).
 std::vector<std::string> list_checkpoints(const std::string& dir);
 
-// Checks `path` as above, then loads it into model and optimizer (either may
-// be null: then its tensors are neither checked nor loaded).
+// A checkpoint file read once and checked as above (CheckpointDamaged
+// otherwise): its position, metadata and tensors, in host memory.
+struct CheckpointFile {
+  CheckpointInfo info;
+  std::map<std::string, at::Tensor> tensors;
+};
+CheckpointFile read_checkpoint(const std::string& path);
+// Loads a read checkpoint into model and optimizer (either may be null:
+// then its tensors are neither checked nor loaded); CheckpointMismatch,
+// naming each difference, when they are of another config.
+void apply_checkpoint(const CheckpointFile& file, Model* model, MuonAdamW* optimizer);
+
+// read_checkpoint, then apply_checkpoint.
 CheckpointInfo load_checkpoint(const std::string& path, Model* model, MuonAdamW* optimizer);
 
 // `path` is a checkpoint file, or a directory whose newest good checkpoint
 // is taken: a damaged one is reported and the one before it tried; a
 // mismatch is an error. Null when the directory holds no checkpoint; an
 // error when it holds some and every one is damaged.
+std::optional<CheckpointFile> read_newest_checkpoint(const std::string& path);
+// read_newest_checkpoint, then apply_checkpoint.
 std::optional<CheckpointInfo> load_newest_checkpoint(const std::string& path, Model* model,
                                                      MuonAdamW* optimizer);
 

@@ -1,6 +1,6 @@
 """Times the bf16 GEMMs of a GeoTransolver volume layer (200k rows) in each
 operand layout cuBLAS can be handed, so that linear.cpp's choice of layout
-rests on a measurement: python3 scripts/gemm_layouts.py [rows]."""
+rests on a measurement: python3 dev/probes/gemm_layouts.py [rows]."""
 import sys
 
 import torch

@@ -1,4 +1,4 @@
-#include "aero/train/checkpoint.h"
+#include "aero/run/checkpoint.h"
 
 #include "core/io/crc32c.h"
 #include "core/io/safetensors.h"
@@ -164,7 +164,7 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
   return out;
 }
 
-CheckpointInfo load_checkpoint(const std::string& path, Model* model, MuonAdamW* optimizer) {
+CheckpointFile read_checkpoint(const std::string& path) {
   SafetensorsFile f;
   try {
     f = read_safetensors(path);
@@ -207,6 +207,25 @@ CheckpointInfo load_checkpoint(const std::string& path, Model* model, MuonAdamW*
       }
     }
   }
+  CheckpointInfo info;
+  info.path = path;
+  info.position.epochs_done = meta_int(f, "epoch", 0);
+  info.position.steps_into_epoch = meta_int(f, "steps_into_epoch", 0);
+  info.position.global_step = meta_int(f, "global_step", 0);
+  info.position.val_step = meta_int(f, "val_step", 0);
+  if (f.metadata.count("epoch_means")) {
+    info.position.epoch_means = nlohmann::json::parse(f.metadata.at("epoch_means"));
+  }
+  info.metadata = f.metadata;
+  CheckpointFile file;
+  file.info = std::move(info);
+  file.tensors = std::move(tensors);
+  return file;
+}
+
+void apply_checkpoint(const CheckpointFile& file, Model* model, MuonAdamW* optimizer) {
+  const std::string& path = file.info.path;
+  const auto& tensors = file.tensors;
   std::vector<std::string> diff;
   if (model != nullptr) {
     for (auto& d : mismatches(tensors, model_tensors(*model), "model.")) diff.push_back(d);
@@ -235,27 +254,21 @@ CheckpointInfo load_checkpoint(const std::string& path, Model* model, MuonAdamW*
     }
     optimizer->load_state_tensors(state);
   }
-  CheckpointInfo info;
-  info.path = path;
-  info.position.epochs_done = meta_int(f, "epoch", 0);
-  info.position.steps_into_epoch = meta_int(f, "steps_into_epoch", 0);
-  info.position.global_step = meta_int(f, "global_step", 0);
-  info.position.val_step = meta_int(f, "val_step", 0);
-  if (f.metadata.count("epoch_means")) {
-    info.position.epoch_means = nlohmann::json::parse(f.metadata.at("epoch_means"));
-  }
-  info.metadata = f.metadata;
-  return info;
 }
 
-std::optional<CheckpointInfo> load_newest_checkpoint(const std::string& path, Model* model,
-                                                     MuonAdamW* optimizer) {
-  if (fs::is_regular_file(path)) return load_checkpoint(path, model, optimizer);
+CheckpointInfo load_checkpoint(const std::string& path, Model* model, MuonAdamW* optimizer) {
+  CheckpointFile file = read_checkpoint(path);
+  apply_checkpoint(file, model, optimizer);
+  return std::move(file.info);
+}
+
+std::optional<CheckpointFile> read_newest_checkpoint(const std::string& path) {
+  if (fs::is_regular_file(path)) return read_checkpoint(path);
   const auto candidates = list_checkpoints(path);
   std::string damaged;
   for (const auto& candidate : candidates) {
     try {
-      return load_checkpoint(candidate, model, optimizer);
+      return read_checkpoint(candidate);
     } catch (const CheckpointDamaged& e) {
       std::cerr << "slipstream: " << e.what() << "; trying the one before it\n";
       damaged += std::string("\n  ") + e.what();
@@ -265,6 +278,14 @@ std::optional<CheckpointInfo> load_newest_checkpoint(const std::string& path, Mo
   throw CheckpointDamaged("checkpoint: every checkpoint in '" + path + "' is damaged:" + damaged +
                           "\nNothing was loaded; training does not start over on its own (move "
                           "them away, or set training.start_over=true).");
+}
+
+std::optional<CheckpointInfo> load_newest_checkpoint(const std::string& path, Model* model,
+                                                     MuonAdamW* optimizer) {
+  auto file = read_newest_checkpoint(path);
+  if (!file) return std::nullopt;
+  apply_checkpoint(*file, model, optimizer);
+  return std::move(file->info);
 }
 
 void prune_checkpoints(const std::string& dir, int64_t keep) {

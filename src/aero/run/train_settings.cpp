@@ -1,4 +1,4 @@
-#include "aero/train/train_settings.h"
+#include "aero/run/train_settings.h"
 
 #include "aero/model/numerics_settings.h"
 #include "aero/train/run_directory.h"
