@@ -5,7 +5,9 @@
 #include "aero/train/run.h"
 #include "aero/infer/trained_model.h"
 #include "aero/interop/mdlus.h"
+#include "aero/model/numerics_settings.h"
 #include "aero/model/registry.h"
+#include "aero/ops/parameter_casts.h"
 #include "aero/run/checkpoint.h"
 #include "aero/train/run_checkpoints.h"
 #include "aero/train/trainer.h"
@@ -277,6 +279,23 @@ TEST(RunTest, AResumeOfAnotherMeaningIsRefusedAndInferenceReadsTheCheckpointsOwn
   const TrainedModel t = load_trained(dir.path() + "/r", c10::Device(c10::kCPU));
   EXPECT_EQ(t.fields, first->spec.fields);
   EXPECT_EQ(t.spec.fields, first->spec.fields);
+}
+
+// Inference runs with the numerics its checkpoint's run was trained with,
+// whatever an earlier run in the process left, and knows its samples'
+// domain from the run's dataset.
+TEST(RunTest, InferenceTakesTheNumericsAndTheSampleDomainOfItsCheckpoint) {
+  testing::TempDir dir;
+  auto run = build_run(
+      testing::load_config(tiny(dir.path(), {"numerics.parameter_casts=per_use"})),
+      DistributedEnv{});
+  Trainer(*run).fit();
+  apply_numerics(NumericsSettings{});  // as another run would leave them
+  ASSERT_TRUE(ParameterCasts::enabled());
+  const TrainedModel t = load_trained(dir.path() + "/r", c10::Device(c10::kCPU));
+  EXPECT_FALSE(ParameterCasts::enabled());
+  EXPECT_EQ(t.domain, SampleDomain::kVolume);
+  apply_numerics(NumericsSettings{});
 }
 
 // training.keep_best: the checkpoint of the lowest val loss outlives
