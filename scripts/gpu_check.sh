@@ -3,7 +3,7 @@
 # stages named on the command line, logging under $OUT (default
 # /tmp/slipstream-out; a summary in $OUT/summary.txt):
 #   build      configure (PyTorch's LibTorch, NCCL found by CMake) and build into build-gpu/
-#              (BUILD_TARGETS: those targets alone)
+#              (BUILD_TARGETS: those targets alone; BUILD_BENCHMARKS=ON: bench/ too)
 #   test       every CTest test, the *_CUDA ones included
 #   cuda       the *_CUDA test binaries alone (CUDA_TESTS: globs of names, space-separated), full logs
 #   bench      slipstream bench, volume config: Muon + AdamW, then AdamW
@@ -13,7 +13,7 @@
 #   geo        GeoTransolver volume: bench (fused and plain GALE, AdamW and Muon), its sync audit, the ball query
 #   surface    bench transolver_surface at 200k cells and geotransolver_surface
 #              (SURFACE_GEO_CELLS), then a full-resolution inference of a 9M-cell
-#              synthetic surface (SURFACE_INFER_CELLS)
+#              synthetic surface (SURFACE_INFER_CELLS; 0: none)
 #   exact      exact chunked inference of a 2M- and a 20M-point volume (EXACT_POINTS;
 #              EXACT_MODEL: transolver_volume or geotransolver_volume)
 #   mdlus      export a fine-tuned model as .mdlus; torch.load and the fixture's names check it
@@ -94,7 +94,8 @@ stage_build() {
   log "build: torch $(python3 -c 'import torch; print(torch.__version__)')"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee -a "$OUT/summary.txt"
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_PREFIX_PATH="$torch_prefix;$PREFIX_PATH" -DSLIPSTREAM_BUILD_BENCHMARKS=OFF \
+    -DCMAKE_PREFIX_PATH="$torch_prefix;$PREFIX_PATH" \
+    -DSLIPSTREAM_BUILD_BENCHMARKS=${BUILD_BENCHMARKS:-OFF} \
     -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/cmake.log" 2>&1 \
     || { log "cmake FAILED"; tail -40 "$OUT/cmake.log"; return 1; }
   grep -E "slipstream:" "$OUT/cmake.log" | tee -a "$OUT/summary.txt"
@@ -184,6 +185,7 @@ stage_geo() {
     dataset.sampling_resolution=20000 training.num_epochs=1 training.steps_per_epoch=8 \
     training.validate=false run_id=geo-audit >"$OUT/geo_audit.log" 2>&1
   grep -E "Sync audit|error" "$OUT/geo_audit.log" | tee -a "$OUT/summary.txt"
+  [ -x build-gpu/bench/ball_query_bench ] || return 0  # built with SLIPSTREAM_BUILD_BENCHMARKS
   log "geo: the ball query alone, the volume config's six scales"
   build-gpu/bench/ball_query_bench ${GEO_QUERY_POINTS:-200000} 2>&1 | tee -a "$OUT/summary.txt"
 }
@@ -279,6 +281,7 @@ stage_surface() {
       dataset.sampling_resolution=$cells optimizer.name=adamw run_id=geo-surface-$cells
   done
   local cells=${SURFACE_INFER_CELLS:-9000000}
+  [ "$cells" = 0 ] && return 0
   log "surface: full-resolution inference of a $cells-cell synthetic surface"
   $BIN train model=transolver_surface dataset=synthetic_surface dataset.num_train=2 \
     dataset.num_val=1 dataset.points_per_sample=20000 training.num_epochs=1 \

@@ -501,10 +501,15 @@ void check_positive(const std::string& key, double v) {
 
 void check_one_of(const std::string& key, const std::string& value,
                   std::initializer_list<const char*> allowed) {
+  check_one_of(key, value, std::vector<std::string>(allowed.begin(), allowed.end()));
+}
+
+void check_one_of(const std::string& key, const std::string& value,
+                  const std::vector<std::string>& allowed) {
   std::string list;
-  for (const char* a : allowed) {
+  for (const auto& a : allowed) {
     if (value == a) return;
-    list += (list.empty() ? "" : ", ") + std::string(a);
+    list += (list.empty() ? "" : ", ") + a;
   }
   TORCH_CHECK(false, "config: '", key, "' is '", value, "', expected one of: ", list);
 }

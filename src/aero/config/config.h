@@ -28,6 +28,8 @@ namespace slipstream::aero {
 // key, the value and the choices.
 void check_one_of(const std::string& key, const std::string& value,
                   std::initializer_list<const char*> allowed);
+void check_one_of(const std::string& key, const std::string& value,
+                  const std::vector<std::string>& allowed);
 // Throws unless `v` (the config's `key`) is > 0, naming the key and value.
 void check_positive(const std::string& key, double v);
 

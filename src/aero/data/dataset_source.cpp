@@ -1,6 +1,8 @@
 #include "aero/data/dataset_source.h"
 
+#include "aero/data/dataset_formats.h"
 #include "aero/data/manifest.h"
+#include "aero/data/sample_file.h"
 
 #include <c10/util/Exception.h>
 
@@ -13,25 +15,6 @@ namespace fs = std::filesystem;
 namespace {
 
 bool has_manifest(const DatasetSource& source) { return fs::exists(source.manifest_path()); }
-
-// Slipstream sample files for the entries: "a" is the file a or
-// a.safetensors under the root.
-std::vector<std::string> sample_files(const DatasetSource& source,
-                                      const std::vector<std::string>& entries,
-                                      const std::string& manifest_path, const std::string& split) {
-  std::vector<std::string> files;
-  for (const auto& name : entries) {
-    if (fs::is_regular_file(source.path + "/" + name)) {
-      files.push_back(name);
-    } else if (fs::is_regular_file(source.path + "/" + name + ".safetensors")) {
-      files.push_back(name + ".safetensors");
-    } else {
-      TORCH_CHECK(false, "dataset: manifest '", manifest_path, "' lists '", name, "' in split '",
-                  split, "', which does not exist under '", source.path, "'");
-    }
-  }
-  return files;
-}
 
 // The entries of one split: its own list manifest (style A) when given,
 // else the named split of the manifest. `missing_ok`: a dict manifest
@@ -56,18 +39,7 @@ std::vector<std::string> split_entries(const DatasetSource& source, const std::s
 std::shared_ptr<Dataset> open_entries(const DatasetSource& source,
                                       const std::vector<std::string>& entries,
                                       const std::string& manifest_path, const std::string& split) {
-  if (resolved_format(source) == "samples") {
-    auto files = sample_files(source, entries, manifest_path, split);
-    // Each file is the one its manifest recorded (headers only).
-    if (!manifest_path.empty() && fs::is_regular_file(manifest_path)) {
-      check_checksums(read_manifest(manifest_path), source.path, files);
-    }
-    return std::make_shared<DirectoryDataset>(source.path, std::move(files));
-  }
-  const auto found = glob_relative(source.path, source.pdmsh.pattern);
-  std::vector<std::string> samples;
-  for (size_t i : match_entries(entries, found, manifest_path, split)) samples.push_back(found[i]);
-  return std::make_shared<PdmshDataset>(source.path, samples, source.pdmsh);
+  return dataset_format(resolved_format(source)).open(source, entries, manifest_path, split);
 }
 
 }  // namespace
@@ -75,16 +47,17 @@ std::shared_ptr<Dataset> open_entries(const DatasetSource& source,
 std::string resolved_format(const DatasetSource& source) {
   TORCH_CHECK(fs::is_directory(source.path), "dataset: directory '", source.path,
               "' does not exist");
-  TORCH_CHECK(source.format == "auto" || source.format == "samples" || source.format == "pdmsh",
-              "dataset: format '", source.format, "' is not one of auto, samples, pdmsh");
+  if (source.format != "auto") (void)dataset_format(source.format);  // a known one
   const std::string written =
       has_manifest(source) ? read_manifest(source.manifest_path()).format : "";
   TORCH_CHECK(written.empty() || is_sample_format(written), "dataset: manifest '",
               source.manifest_path(), "' has format '", written, "', expected '", kSampleFormat,
               "' (or none)");
   if (source.format != "auto") return source.format;
-  if (is_sample_format(written)) return "samples";
-  return glob_relative(source.path, source.pdmsh.pattern).empty() ? "samples" : "pdmsh";
+  for (const auto& f : dataset_formats()) {
+    if (f.found_in(source)) return f.name;
+  }
+  return dataset_formats().front().name;  // sample files without a manifest's word
 }
 
 DatasetSplits open_dataset(const DatasetSource& source, const std::string& train_split,

@@ -13,8 +13,8 @@
 //                           none where the fused kernels run (CUDA, bf16)
 // training.recompute=attention keeps (3 + 2·mlp_ratio)·n_hidden of these,
 // =block one n_hidden-wide input a block plus one block's tensors at a
-// time. GeoTransolver's context and local features add half again
-// (measured: 28.5 GiB against Transolver's 18.4 at the same width and
+// time. GeoTransolver's context and local features add half again (as its
+// volume step's peak does against Transolver's at the same width and
 // points). The backward's transient is taken as two of the widest tensors
 // (mlp_ratio·n_hidden, fp32) at once; the state is fp32 weights, gradients
 // and two optimizer moments, plus bf16 copies under bf16.

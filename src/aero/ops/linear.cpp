@@ -123,9 +123,8 @@ at::Tensor gelu_of(const at::Tensor& h) {
 // cuBLASLt (lt_matmul) takes bf16 GEMMs whose widths are multiples of 8;
 // ATen ran the others on align1 CUTLASS kernels. The GeoTransolver volume
 // step has four: its first Linears on 3 and 7 input features, its last on
-// 5 outputs; at 200k rows one such forward took 0.143 ms on an H200, ~3x
-// the time to write its output, 1.2 ms a step with their gradients
-// (bench --profile). Padded with zero columns (a zero column adds exact
+// 5 outputs, each several times slower than writing its output. Padded with
+// zero columns (a zero column adds exact
 // zeros to every fp32 sum) they run on cuBLASLt's aligned kernels instead;
 // the pads and the unpadded copies of the results are copies of a few MB.
 
@@ -157,17 +156,11 @@ at::Tensor unpadded(const at::Tensor& m, int64_t rows, int64_t cols) {
 // The weight gradient g^T in, (out, in), in w_dtype. For fp32 weights the
 // product goes to cuBLASLt with an fp32 output (accumulated in fp32 either
 // way), which makes the gradient in its final type and layout: no cast or
-// transposing copy after it. Tuned against ATen's bf16 GEMM and its cast,
-// cuBLASLt took every weight gradient of the GeoTransolver volume step
-// (numerics.gemm_report on an H200, 200k rows: 448 x 448 0.134 ms
-// against 0.151, 1792 x 448 0.452 against 0.465), and the step measured
-// 141.57 against 142.23 ms (A/B, 3 rounds; a second A/B on another
-// machine, 140.31 against 140.64, within its spread). (With PyTorch's 1 MiB
-// workspace, before lt_matmul's own 32 MiB one, these fp32 outputs had run
-// at half ATen's rate.) Otherwise, for out > in it is made as (in^T g)^T:
-// cuBLAS ran the MLP's (1792 x 200k) (200k x 448) at 428 TFLOP/s on an
-// H200 and the (448 x 200k) (200k x 1792) of the same layouts at 726; the
-// transpose and the cast to w_dtype are then one copy.
+// transposing copy after it (numerics.gemm_report shows which problems
+// cuBLASLt wins against ATen's bf16 GEMM and its cast). Otherwise, for
+// out > in it is made as (in^T g)^T, the layout cuBLAS runs faster at the
+// MLP's shapes (dev/probes/gemm_layouts.py); the transpose and the cast to
+// w_dtype are then one copy.
 at::Tensor weight_grad(const at::Tensor& g, const at::Tensor& in, at::ScalarType w_dtype) {
   const auto lt_dtype = g.scalar_type();
   at::Tensor r;
@@ -194,10 +187,9 @@ at::Tensor weight_grad(const at::Tensor& g, const at::Tensor& in, at::ScalarType
 }
 
 // The input gradient g w, (rows, in), added to acc when it is defined. For
-// out >= in, w goes to cuBLAS as the transpose of its transposed copy: on
-// the H200 at 200k rows (dev/probes/gemm_layouts.py) the (448 x 448) product
-// ran at 621 TFLOP/s that way against 326 as w, the (1792 x 448) at 722
-// against 671; the (448 x 1792) at 544 against 552, so it keeps w.
+// out >= in, w goes to cuBLAS as the transpose of its transposed copy, the
+// faster layout at those shapes; for out < in it keeps w
+// (dev/probes/gemm_layouts.py measures each).
 at::Tensor input_grad(const at::Tensor& g, const at::Tensor& w, const at::Tensor& acc = {}) {
   if (!acc.defined() && pads(g, w)) {
     // Widths padded (above): g (rows, out8) times w (out8, in8), its first

@@ -6,23 +6,15 @@
 // 16-byte aligned, widths not multiples of 8, or no cuBLASLt algorithm for
 // the problem. The caller then does the two ops apart.
 //
-// Tuning, measured on the H200 (GeoTransolver volume, 200k points, AdamW,
-// numerics.gemm tuned against aten in one binary): 142.25 against 144.37
-// ms a step, the peak +0.03 GiB (the workspaces); Transolver volume 61.83
-// against 62.35 (before the workspace). cuBLASLt takes most problems, by
-// up to 30 % a GEMM (the 448 x 448 weight gradient over 200k rows 0.134
-// against ATen's 0.188 ms; the MLP's 1792 x 448 NN input gradient 0.428
-// against 0.483), ATen a few small ones. With PyTorch's 1 MiB cuBLASLt
-// workspace and fp32 outputs the weight gradients ran at half ATen's rate.
+// Tuning (numerics.gemm=tuned) times cuBLASLt's candidate algorithms for
+// each problem once and keeps the fastest, against ATen's GEMM too; its
+// own 32 MiB workspace, since PyTorch's 1 MiB one halves the rate of the
+// fp32-output weight gradients. numerics.gemm_report prints each pick.
 //
-// On the H200 at 200k rows (bench/lt_matmul_bench) the add then costs the
-// GEMM the read of r alone: 448 -> 448 with the residual 0.192 ms against
-// 0.283 for linear + add; 1792 -> 448: 0.504 against 0.564.
-//
-// The same epilogue's bias gradient (BGRADB: the column sums of the output
-// gradient summed in the weight gradient's GEMM) was measured and left out:
-// 0.464 ms against 0.237 for the GEMM and column_sum apart (448 x 448), and
-// 0.714 against 0.513 (448 x 1792).
+// The residual's add in the epilogue costs the GEMM the read of r alone,
+// where linear + add reads and writes the output once more
+// (bench/lt_matmul_bench). The same epilogue's bias gradient (BGRADB) is
+// not used: it was slower than the GEMM and column_sum apart.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -66,7 +66,7 @@ class ParameterCasts {
   };
   std::unordered_map<const void*, Entry> casts_;  // by TensorImpl
   at::Tensor buffer_, chunks_;
-  int64_t chunk_count_ = 0;
+  [[maybe_unused]] int64_t chunk_count_ = 0;  // read on CUDA builds only
   mutable int64_t hits_ = 0;
 };
 

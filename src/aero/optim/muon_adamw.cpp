@@ -18,10 +18,9 @@ torch::Tensor newton_schulz_orthogonalize(const torch::Tensor& update, const Muo
   x = x / x.flatten(1).norm(2, 1).clamp_min(o.eps).view({-1, 1, 1});
   // beta * c + alpha * a b as a bf16 GEMM: products summed in fp32, the
   // result rounded to bf16 once (cuBLAS, and oneDNN on AVX-512 CPUs).
-  // LibTorch's CPU bf16 bmm on CPUs without AVX-512 sums in bf16 instead:
-  // measured on an AVX2 EPYC, its error grows with the inner size (1.0% at
-  // 64, 1.8% at 256, against 0.17% from the one rounding), and baddbmm
-  // rounds the product before adding. So on the CPU the GEMM runs in fp32.
+  // LibTorch's CPU bf16 bmm on CPUs without AVX-512 sums in bf16 instead,
+  // an error that grows with the inner size, and baddbmm rounds the
+  // product before adding. So on the CPU the GEMM runs in fp32.
   const bool cuda = x.is_cuda();
   const auto gemm = [cuda](const torch::Tensor& c, const torch::Tensor& a, const torch::Tensor& b,
                            double beta, double alpha) {

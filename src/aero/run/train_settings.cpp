@@ -1,7 +1,9 @@
 #include "aero/run/train_settings.h"
 
+#include "aero/data/dataset_formats.h"
+
 #include "aero/model/numerics_settings.h"
-#include "aero/train/run_directory.h"
+#include "aero/run/run_directory.h"
 #include "core/text/join.h"
 
 #include <c10/util/Exception.h>
@@ -309,7 +311,7 @@ DatasetSource resolve_dataset_source(const Config& c) {
   DatasetSource d;
   d.path = optional_string(c, "dataset.path", "");
   d.format = optional_string(c, "dataset.format", "auto");
-  check_one_of("dataset.format", d.format, {"auto", "samples", "pdmsh"});
+  check_one_of("dataset.format", d.format, dataset_format_choices());
   d.manifest = optional_string(c, "dataset.manifest", "");
   d.train_manifest = optional_string(c, "dataset.train_manifest", "");
   d.val_manifest = optional_string(c, "dataset.val_manifest", "");

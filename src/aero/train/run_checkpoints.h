@@ -13,7 +13,7 @@
 
 #include "aero/run/checkpoint.h"
 #include "aero/train/run.h"
-#include "aero/train/run_directory.h"
+#include "aero/run/run_directory.h"
 
 #include <map>
 #include <optional>

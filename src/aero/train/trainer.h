@@ -26,7 +26,7 @@
 
 #include "aero/train/epoch_result.h"
 #include "aero/train/run.h"
-#include "aero/train/run_directory.h"
+#include "aero/run/run_directory.h"
 #include "core/device/sync_audit.h"
 #include "core/readback/step_means.h"
 #include "core/readback/step_readback.h"

@@ -23,8 +23,8 @@ namespace {
 // that the k = D products run in whole steps of 16 (the A fragments' missing
 // half of a half step is zero too).
 
-// C: slices a batch of products (16 or 32; wgmma m64n16 costs 16 SM
-// cycles, m64n32 19.5: dev/probes/wgmma_rate.cu on an H200). W: warps a block.
+// C: slices a batch of products (16 or 32; an m64n32 wgmma costs little more
+// than an m64n16 one: dev/probes/wgmma_rate.cu). W: warps a block.
 // kDlogits: pass 2 also writes dL/dlogits, the A operand of its grad_x
 // product (the same bf16 values), to dlogits (B, N, H, G), and each tile
 // writes its x rows to x_ext (B, N, H, D + 8) with a one and seven zeros

@@ -238,11 +238,10 @@ __device__ inline void add_chunk(float* out, float* colsum, int s, int lane,
 // Reduce: warp w of a block owns reduce_chunks(D) chunks of 16 slices, q =
 // (blockIdx.z C + i) W + w, for the whole launch and keeps their ws
 // fragments and bias in registers; stages hold x, y and lse (+inf past the
-// end, so that those weights are exactly zero). Two blocks fit on an SM
-// either way: at D 56 two chunks a warp needed 179 registers and one
-// block, and one chunk took the 24 reduces of a step from 11.5 to 10.4 ms
-// on an H200; at D 32 one chunk a warp ran slower (1.8 against 2.2 ms),
-// the block's stages being read by twice as many blocks.
+// end, so that those weights are exactly zero). Above D 32 a warp takes
+// one chunk: two would need more registers than two blocks an SM leave;
+// at D 32 and below two chunks a warp, so that fewer blocks read each
+// block's stages.
 __host__ __device__ constexpr int reduce_chunks(int d) { return d <= 32 ? 2 : 1; }
 
 constexpr int kWgReduceSlices = 64;  // slices a warpgroup owns

@@ -122,7 +122,9 @@ torch::Tensor GeoTransolverImpl::forward_in_chunks(const ModelInputs& inputs, in
               "model: GeoTransolver expects local_embedding (B, N, ", options_.functional_dim,
               "), got ", local_embedding.sizes());
   // Under a domain group: this rank's shard of the points, searched among all.
-  const auto [positions, geometry_shard] = shards(local_embedding, geometry, local_positions);
+  // Named copies, not a structured binding: lambdas below capture them.
+  const auto both = shards(local_embedding, geometry, local_positions);
+  const PointShard positions = both.first, geometry_shard = both.second;
   const auto sum = [this](const torch::Tensor& t) { return domain_sum(t, domain_group_); };
   const int64_t n = local_embedding.size(1), hidden = options_.n_hidden;
   const int64_t width = blocks[0]->as<GaleBlock>()->ln_1->options.normalized_shape()[0];

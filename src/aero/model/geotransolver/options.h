@@ -38,8 +38,8 @@ struct GeoTransolverOptions {
   bool mlp_recompute_gelu = true;              // as TransolverOptions::mlp_recompute_gelu
   // With mlp_recompute_gelu: the MLPs of the last this many GALE blocks keep
   // gelu(h) for the backward too (Mlp's keep_gelu): more memory (one hidden
-  // layer each: the volume config's 4 took its step at 200k points from
-  // 26.49 to 28.49 GiB on an H200), less time (one pass less over it).
+  // layer of mlp_ratio·width a point each), less time (one pass less over
+  // it).
   int64_t mlp_keep_gelu_layers = 0;
 };
 

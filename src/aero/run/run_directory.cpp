@@ -1,4 +1,4 @@
-#include "aero/train/run_directory.h"
+#include "aero/run/run_directory.h"
 
 #include "core/io/atomic_file.h"
 
