@@ -1,5 +1,6 @@
 #include "aero/model/geotransolver/options.h"
 
+#include "aero/model/family_options.h"
 #include "aero/model/physicsnemo_args.h"
 
 #include <c10/util/Exception.h>
@@ -15,11 +16,7 @@ GeoTransolverOptions geotransolver_options(const Config& c, const ModelShape& sh
               "config: 'model.inputs.local_positions' must be 3-D points, got width ",
               shape.input_widths.at("local_positions"));
   m.out_dim = shape.out_dim;
-  m.n_layers = c.get<int64_t>("model.n_layers");
-  m.n_hidden = c.get<int64_t>("model.n_hidden");
-  m.n_head = c.get<int64_t>("model.n_head");
-  m.slice_num = c.get<int64_t>("model.slice_num");
-  m.mlp_ratio = c.get<int64_t>("model.mlp_ratio");
+  read_block_keys(c, m);
   m.include_local_features = c.get<bool>("model.include_local_features");
   m.radii = c.get<std::vector<double>>("model.radii");
   m.neighbors_in_radius.clear();
@@ -30,18 +27,12 @@ GeoTransolverOptions geotransolver_options(const Config& c, const ModelShape& sh
   }
   m.n_hidden_local = c.get<int64_t>("model.n_hidden_local");
   m.state_mixing_mode = c.get<std::string>("model.state_mixing_mode");
-  m.bf16_layer_norm = c.get<bool>("model.bf16_layer_norm");
-  m.fused_attention = c.get<bool>("model.fused_attention");
-  m.mlp_recompute_gelu = c.get<bool>("model.mlp_recompute_gelu");
+  read_code_path_keys(c, m);
   if (c.has("model.mlp_keep_gelu_layers")) {
     m.mlp_keep_gelu_layers = c.get<int64_t>("model.mlp_keep_gelu_layers");
   }
-  for (const char* k : {"model.n_layers", "model.n_hidden", "model.n_head", "model.slice_num",
-                        "model.mlp_ratio", "model.n_hidden_local"}) {
-    check_positive(k, c.get<int64_t>(k));
-  }
-  TORCH_CHECK(m.n_hidden % m.n_head == 0, "config: 'model.n_hidden' (", m.n_hidden,
-              ") must be divisible by 'model.n_head' (", m.n_head, ")");
+  check_block_keys(m);
+  check_positive("model.n_hidden_local", static_cast<double>(m.n_hidden_local));
   TORCH_CHECK(m.radii.size() == m.neighbors_in_radius.size(), "config: 'model.radii' has ",
               m.radii.size(), " entries but 'model.neighbors_in_radius' has ",
               m.neighbors_in_radius.size());
@@ -68,19 +59,12 @@ GeoTransolverOptions geotransolver_options(const nlohmann::json& a, const std::s
   m.geometry_dim = physicsnemo_dim_arg(a, "geometry_dim", what);
   m.global_dim = physicsnemo_dim_arg(a, "global_dim", what);
   m.out_dim = physicsnemo_arg<int64_t>(a, "out_dim", what);
-  m.n_layers = physicsnemo_arg<int64_t>(a, "n_layers", what);
-  m.n_hidden = physicsnemo_arg<int64_t>(a, "n_hidden", what);
-  m.n_head = physicsnemo_arg<int64_t>(a, "n_head", what);
-  m.slice_num = physicsnemo_arg<int64_t>(a, "slice_num", what);
-  m.mlp_ratio = physicsnemo_arg<int64_t>(a, "mlp_ratio", what);
+  read_block_args(a, what, m);
   m.include_local_features = physicsnemo_arg<bool>(a, "include_local_features", what);
   m.radii = physicsnemo_arg<std::vector<double>>(a, "radii", what);
   m.neighbors_in_radius = physicsnemo_arg<std::vector<int64_t>>(a, "neighbors_in_radius", what);
   m.n_hidden_local = physicsnemo_arg<int64_t>(a, "n_hidden_local", what);
   m.state_mixing_mode = physicsnemo_arg<std::string>(a, "state_mixing_mode", what);
-  TORCH_CHECK(m.n_hidden > 0 && m.n_head > 0 && m.n_hidden % m.n_head == 0, "'", what,
-              "': args.json 'n_hidden' (", m.n_hidden, ") must be a multiple of 'n_head' (",
-              m.n_head, ")");
   TORCH_CHECK(m.radii.size() == m.neighbors_in_radius.size(), "'", what,
               "': args.json 'radii' and 'neighbors_in_radius' differ in length");
   TORCH_CHECK(m.state_mixing_mode == "weighted" || m.state_mixing_mode == "concat_project", "'",
