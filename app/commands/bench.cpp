@@ -8,7 +8,7 @@
 // table and one JSON line per policy. Unless the overrides pick them, the
 // model and dataset are the volume recipe's (transolver_volume,
 // synthetic_volume: 200k points).
-#include "aero/model/numerics_settings.h"
+#include "aero/ops/numerics_settings.h"
 #include "aero/train/run.h"
 #include "aero/train/trainer.h"
 #include "commands/commands.h"

@@ -2,7 +2,7 @@
 
 #include "aero/data/loader.h"
 #include "aero/interop/mdlus.h"
-#include "aero/model/numerics_settings.h"
+#include "aero/ops/numerics_settings.h"
 #include "aero/model/registry.h"
 #include "aero/ops/domain_parallel.h"
 #include "core/device/device.h"

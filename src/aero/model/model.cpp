@@ -1,5 +1,7 @@
 #include "aero/model/model.h"
 
+#include "aero/ops/numerics_settings.h"
+
 #include <torch/torch.h>
 
 namespace slipstream::aero {
@@ -41,6 +43,13 @@ const torch::Tensor& Model::input(const ModelInputs& inputs, const std::string& 
 
 torch::Tensor Model::forward_in_chunks(const ModelInputs& /*inputs*/, int64_t /*chunk*/) {
   TORCH_CHECK(false, "model: ", class_name(), " has no exact chunked forward");
+}
+
+nlohmann::json numerics_record(const Model& model, c10::Device device, bool bf16,
+                               const Config& config) {
+  nlohmann::json n = model.numerics(device, bf16);
+  n.update(to_json(numerics_settings(config)));
+  return n;
 }
 
 }  // namespace slipstream::aero

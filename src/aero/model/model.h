@@ -6,6 +6,7 @@
 // A new family is a new Model subclass and one entry in registry.cpp.
 #pragma once
 
+#include "aero/config/config.h"
 #include "aero/ops/recompute.h"
 #include "core/distributed/communicator.h"
 
@@ -79,5 +80,10 @@ class Model : public torch::nn::Module {
 };
 
 using ModelPtr = std::shared_ptr<Model>;
+
+// What the logs and the bench JSON call "numerics": the code paths `model`
+// takes on `device` (Model::numerics) and `config`'s numerics block.
+nlohmann::json numerics_record(const Model& model, c10::Device device, bool bf16,
+                               const Config& config);
 
 }  // namespace slipstream::aero

@@ -2,7 +2,7 @@
 
 #include "aero/data/dataset_formats.h"
 
-#include "aero/model/numerics_settings.h"
+#include "aero/ops/numerics_settings.h"
 #include "aero/run/run_directory.h"
 #include "core/text/join.h"
 

@@ -1,7 +1,7 @@
 #include "aero/train/run.h"
 
 #include "aero/interop/mdlus.h"
-#include "aero/model/numerics_settings.h"
+#include "aero/ops/numerics_settings.h"
 #include "aero/ops/domain_parallel.h"
 #include "aero/run/runtime.h"
 #include "aero/train/run_checkpoints.h"

@@ -1,6 +1,6 @@
 #include "aero/config/config.h"
 #include "aero/model/memory_estimate.h"
-#include "aero/model/numerics_settings.h"
+#include "aero/ops/numerics_settings.h"
 #include "aero/train/run.h"
 
 #include "support/test_support.h"

@@ -1,7 +1,7 @@
 // aero::linear against at::linear (fp64, CPU): output and every gradient,
 // for row counts the bias-gradient fold does and does not divide.
 #include "aero/ops/linear.h"
-#include "aero/model/numerics_settings.h"
+#include "aero/ops/numerics_settings.h"
 #include "aero/ops/parameter_casts.h"
 
 #include "support/recipe_support.h"

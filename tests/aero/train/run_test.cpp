@@ -5,7 +5,7 @@
 #include "aero/train/run.h"
 #include "aero/infer/trained_model.h"
 #include "aero/interop/mdlus.h"
-#include "aero/model/numerics_settings.h"
+#include "aero/ops/numerics_settings.h"
 #include "aero/model/registry.h"
 #include "aero/ops/parameter_casts.h"
 #include "aero/run/checkpoint.h"

@@ -18,7 +18,6 @@
 #pragma once
 
 #include "aero/config/config.h"
-#include "aero/model/model.h"
 
 #include <nlohmann/json.hpp>
 
@@ -44,10 +43,5 @@ void apply_numerics(const NumericsSettings& n);
 
 // The settings as a JSON object, keyed as in the config.
 nlohmann::json to_json(const NumericsSettings& n);
-
-// What the logs and the bench JSON call "numerics": the code paths `model`
-// takes on `device` (Model::numerics) and `config`'s numerics block.
-nlohmann::json numerics_record(const Model& model, c10::Device device, bool bf16,
-                               const Config& config);
 
 }  // namespace slipstream::aero

@@ -1,4 +1,4 @@
-#include "aero/model/numerics_settings.h"
+#include "aero/ops/numerics_settings.h"
 
 #include "aero/ops/lt_matmul.h"
 #include "aero/ops/parameter_casts.h"
@@ -44,13 +44,6 @@ nlohmann::json to_json(const NumericsSettings& n) {
           {"slice_kernels", n.slice_kernels},
           {"slice_weight_grad", n.slice_weight_grad},
           {"parameter_casts", n.parameter_casts}};
-}
-
-nlohmann::json numerics_record(const Model& model, c10::Device device, bool bf16,
-                               const Config& config) {
-  nlohmann::json n = model.numerics(device, bf16);
-  n.update(to_json(numerics_settings(config)));
-  return n;
 }
 
 }  // namespace slipstream::aero
