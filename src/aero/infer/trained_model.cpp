@@ -2,9 +2,9 @@
 
 #include "aero/data/loader.h"
 #include "aero/interop/mdlus.h"
-#include "aero/ops/numerics_settings.h"
 #include "aero/model/registry.h"
 #include "aero/ops/domain_parallel.h"
+#include "aero/ops/numerics_settings.h"
 #include "core/device/device.h"
 
 #include <ATen/CPUGeneratorImpl.h>

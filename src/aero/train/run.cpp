@@ -1,8 +1,8 @@
 #include "aero/train/run.h"
 
 #include "aero/interop/mdlus.h"
-#include "aero/ops/numerics_settings.h"
 #include "aero/ops/domain_parallel.h"
+#include "aero/ops/numerics_settings.h"
 #include "aero/run/runtime.h"
 #include "aero/train/run_checkpoints.h"
 #include "core/device/device.h"

@@ -12,8 +12,8 @@
 #pragma once
 
 #include "aero/run/checkpoint.h"
-#include "aero/train/run.h"
 #include "aero/run/run_directory.h"
+#include "aero/train/run.h"
 
 #include <map>
 #include <optional>

@@ -24,9 +24,9 @@
 // of steps, so per-step collectives cannot deadlock.
 #pragma once
 
+#include "aero/run/run_directory.h"
 #include "aero/train/epoch_result.h"
 #include "aero/train/run.h"
-#include "aero/run/run_directory.h"
 #include "core/device/sync_audit.h"
 #include "core/readback/step_means.h"
 #include "core/readback/step_readback.h"

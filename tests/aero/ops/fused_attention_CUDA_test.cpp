@@ -6,8 +6,8 @@
 // reference: at most 3x the plain bf16 path's own error, or 2e-2 relative.
 // Point counts include ones that are not multiples of the 32-point tile.
 #include "aero/kernels/slice/slice_kernels.h"
-#include "aero/ops/slice_ops.h"
 #include "aero/model/transolver/transolver.h"
+#include "aero/ops/slice_ops.h"
 #include "core/device/device.h"
 
 #include "support/cuda_skip.h"

@@ -6,8 +6,8 @@
 // (fused_attention_CUDA_test).
 #include "aero/ops/fused_physics_attention.h"
 #include "aero/kernels/slice/slice_kernels.h"
-#include "aero/ops/slice_ops.h"
 #include "aero/model/transolver/transolver.h"
+#include "aero/ops/slice_ops.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

@@ -5,8 +5,8 @@
 #include "aero/train/run.h"
 #include "aero/infer/trained_model.h"
 #include "aero/interop/mdlus.h"
-#include "aero/ops/numerics_settings.h"
 #include "aero/model/registry.h"
+#include "aero/ops/numerics_settings.h"
 #include "aero/ops/parameter_casts.h"
 #include "aero/run/checkpoint.h"
 #include "aero/train/run_checkpoints.h"
@@ -286,9 +286,8 @@ TEST(RunTest, AResumeOfAnotherMeaningIsRefusedAndInferenceReadsTheCheckpointsOwn
 // domain from the run's dataset.
 TEST(RunTest, InferenceTakesTheNumericsAndTheSampleDomainOfItsCheckpoint) {
   testing::TempDir dir;
-  auto run = build_run(
-      testing::load_config(tiny(dir.path(), {"numerics.parameter_casts=per_use"})),
-      DistributedEnv{});
+  auto run = build_run(testing::load_config(tiny(dir.path(), {"numerics.parameter_casts=per_use"})),
+                       DistributedEnv{});
   Trainer(*run).fit();
   apply_numerics(NumericsSettings{});  // as another run would leave them
   ASSERT_TRUE(ParameterCasts::enabled());
