@@ -13,6 +13,7 @@
 #include <iostream>
 #include <set>
 #include <sstream>
+#include <utility>
 
 namespace slipstream::aero {
 
@@ -30,7 +31,7 @@ int64_t block_start(int64_t n, int64_t k, const PointRequest& r) {
 }
 
 SyntheticDataset::SyntheticDataset(SyntheticOptions options, int64_t first_index, size_t count)
-    : options_(options), first_(first_index), count_(count) {}
+    : options_(std::move(options)), first_(first_index), count_(count) {}
 
 Sample SyntheticDataset::get(size_t index) const {
   TORCH_CHECK(index < count_, "dataset: index ", index, " out of range (", count_, " samples)");

@@ -50,12 +50,13 @@ SampleLayout synthetic_layout(const std::string& kind) {
   return l;
 }
 
-torch::Tensor sphere_potential_flow_velocity(const torch::Tensor& r_vec, double a,
+torch::Tensor sphere_potential_flow_velocity(const torch::Tensor& offsets, double radius,
                                              const torch::Tensor& u_inf) {
-  auto r = r_vec.norm(2, 1, true);  // (N,1)
-  auto u_dot_r = (r_vec * u_inf.view({1, 3})).sum(1, true);
-  const double a3 = a * a * a;
-  return u_inf.view({1, 3}) * (1.0 + a3 / (2.0 * r.pow(3))) - 1.5 * a3 * u_dot_r * r_vec / r.pow(5);
+  auto r = offsets.norm(2, 1, true);  // (N,1)
+  auto u_dot_r = (offsets * u_inf.view({1, 3})).sum(1, true);
+  const double a3 = radius * radius * radius;
+  return u_inf.view({1, 3}) * (1.0 + a3 / (2.0 * r.pow(3))) -
+         1.5 * a3 * u_dot_r * offsets / r.pow(5);
 }
 
 Sample make_synthetic_sample(int64_t index, const SyntheticOptions& o, SyntheticSphere* body) {

@@ -32,23 +32,23 @@ bool turns_with_rotation(const std::string& name, const torch::Tensor& field,
 }
 
 void augment(std::map<std::string, torch::Tensor>& point,
-             std::map<std::string, torch::Tensor>& global, const TransformOptions& t,
+             std::map<std::string, torch::Tensor>& global, const TransformOptions& options,
              const FieldSchema& schema, at::Generator& gen) {
-  if (t.rotate_z_max_deg <= 0 && t.translate_max <= 0) return;
+  if (options.rotate_z_max_deg <= 0 && options.translate_max <= 0) return;
   auto draw = torch::empty({3}, torch::kDouble).uniform_(-1.0, 1.0, gen);
   const auto d = draw.accessor<double, 1>();
-  if (t.rotate_z_max_deg > 0) {
-    const double angle = d[0] * t.rotate_z_max_deg * M_PI / 180.0;
+  if (options.rotate_z_max_deg > 0) {
+    const double angle = d[0] * options.rotate_z_max_deg * M_PI / 180.0;
     for (auto& [name, field] : point) {
       if (turns_with_rotation(name, field, schema)) field = rotate_z(field, angle);
     }
     auto u = global.find("U_inf");
     if (u != global.end()) u->second = rotate_z(u->second.reshape({1, 3}), angle).reshape({3});
   }
-  if (t.translate_max > 0) {
+  if (options.translate_max > 0) {
     auto& points = point.at("points");
-    const auto shift =
-        torch::tensor({d[1] * t.translate_max, d[2] * t.translate_max, 0.0}, torch::kDouble);
+    const auto shift = torch::tensor(
+        {d[1] * options.translate_max, d[2] * options.translate_max, 0.0}, torch::kDouble);
     points = points + shift.to(points.scalar_type()).view({1, 3});
   }
 }

@@ -103,30 +103,31 @@ bool all_zero(const std::vector<double>& v) {
 
 }  // namespace
 
-torch::Tensor FieldSchema::to_model(const FieldSpec& f, const torch::Tensor& physical,
-                                    const FreeStream& fs) const {
-  TORCH_CHECK(physical.dim() == 2 && physical.size(1) == f.channels(), "fields: target '", f.name,
-              "' has shape ", physical.sizes(), ", expected (N, ", f.channels(), ")");
+torch::Tensor FieldSchema::to_model(const FieldSpec& field, const torch::Tensor& physical,
+                                    const FreeStream& free_stream) const {
+  TORCH_CHECK(physical.dim() == 2 && physical.size(1) == field.channels(), "fields: target '",
+              field.name, "' has shape ", physical.sizes(), ", expected (N, ", field.channels(),
+              ")");
   auto y = physical;
-  if (f.nondim != Nondim::kIdentity) {
-    y = (y - nondim_offset(f.nondim, fs)) / nondim_scale(f.nondim, fs);
+  if (field.nondim != Nondim::kIdentity) {
+    y = (y - nondim_offset(field.nondim, free_stream)) / nondim_scale(field.nondim, free_stream);
   }
-  if (!all_zero(f.mean)) {
-    y = y - torch::tensor(f.mean, torch::kDouble).to(y.scalar_type()).view({1, -1});
+  if (!all_zero(field.mean)) {
+    y = y - torch::tensor(field.mean, torch::kDouble).to(y.scalar_type()).view({1, -1});
   }
-  if (f.std_dev != 1.0) y = y / f.std_dev;
+  if (field.std_dev != 1.0) y = y / field.std_dev;
   return y;
 }
 
-torch::Tensor FieldSchema::to_physical(const FieldSpec& f, const torch::Tensor& model_space,
-                                       const FreeStream& fs) const {
+torch::Tensor FieldSchema::to_physical(const FieldSpec& field, const torch::Tensor& model_space,
+                                       const FreeStream& free_stream) const {
   auto y = model_space;
-  if (f.std_dev != 1.0) y = y * f.std_dev;
-  if (!all_zero(f.mean)) {
-    y = y + torch::tensor(f.mean, torch::kDouble).to(y.scalar_type()).view({1, -1});
+  if (field.std_dev != 1.0) y = y * field.std_dev;
+  if (!all_zero(field.mean)) {
+    y = y + torch::tensor(field.mean, torch::kDouble).to(y.scalar_type()).view({1, -1});
   }
-  if (f.nondim != Nondim::kIdentity) {
-    y = y * nondim_scale(f.nondim, fs) + nondim_offset(f.nondim, fs);
+  if (field.nondim != Nondim::kIdentity) {
+    y = y * nondim_scale(field.nondim, free_stream) + nondim_offset(field.nondim, free_stream);
   }
   return y;
 }

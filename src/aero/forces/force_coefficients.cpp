@@ -46,10 +46,10 @@ std::string to_string(ShearConvention convention) {
   return convention == ShearConvention::kWallOnFluid ? "wall_on_fluid" : "fluid_on_wall";
 }
 
-AxisFrame axis_frame(const Vec3& flow, const Vec3& up_in) {
+AxisFrame axis_frame(const Vec3& flow_direction, const Vec3& up_direction) {
   AxisFrame f;
-  f.drag = unit(flow, "flow");
-  const Vec3 up = unit(up_in, "up");
+  f.drag = unit(flow_direction, "flow");
+  const Vec3 up = unit(up_direction, "up");
   Vec3 lift = sub(up, scale(f.drag, dot(up, f.drag)));
   if (std::sqrt(dot(lift, lift)) < 1e-8) {
     // `up` is along the flow: use the world axis least aligned with it.

@@ -39,8 +39,9 @@ void check_force_loss(const ForceLossOptions& o) {
 }
 
 torch::Tensor force_loss_weights(const torch::Tensor& normals, const torch::Tensor& areas,
-                                 const FieldSchema& fields, const FreeStream& fs, const Vec3& flow,
-                                 double a_ref, double fraction, const ForceLossFrame& frame) {
+                                 const FieldSchema& fields, const FreeStream& free_stream,
+                                 const Vec3& flow, double a_ref, double fraction,
+                                 const ForceLossFrame& frame) {
   const ForceFields which = force_fields(fields);
   TORCH_CHECK(which.available(), "loss.forces: the targets (", fields.names().size(),
               ") need a scalar with nondim 'pressure' and a vector with nondim 'stress'");
@@ -48,7 +49,7 @@ torch::Tensor force_loss_weights(const torch::Tensor& normals, const torch::Tens
   TORCH_CHECK(normals.dim() == 2 && normals.size(1) == 3 && areas.numel() == n,
               "loss.forces: expected normals (N, 3) and areas (N), got ", normals.sizes(), " and ",
               areas.sizes());
-  const double q = fs.dynamic_pressure();
+  const double q = free_stream.dynamic_pressure();
   TORCH_CHECK(q > 0 && a_ref > 0 && fraction > 0,
               "loss.forces: needs a positive dynamic pressure, A_ref and kept fraction (", q, ", ",
               a_ref, ", ", fraction, ")");
@@ -58,7 +59,9 @@ torch::Tensor force_loss_weights(const torch::Tensor& normals, const torch::Tens
   for (size_t i = 0; i < fields.size(); ++i) {
     const auto& f = fields.fields()[i];
     const auto one = torch::ones({1, f.channels()}, torch::kDouble);
-    const auto d = (fields.to_physical(f, one, fs) - fields.to_physical(f, one * 0, fs)).view({-1});
+    const auto d =
+        (fields.to_physical(f, one, free_stream) - fields.to_physical(f, one * 0, free_stream))
+            .view({-1});
     for (int64_t c = 0; c < f.channels(); ++c) {
       slope[static_cast<size_t>(fields.offset(i) + c)] = d[c].item<double>();
     }

@@ -75,6 +75,7 @@ TriangleMesh ahmed_body_mesh(const AhmedBody& b, double edge) {
   std::vector<double> xs;
   const double r = b.front_radius;
   const int nose = std::max(12, static_cast<int>(std::ceil(0.5 * M_PI * r / edge)));
+  xs.reserve(static_cast<size_t>(nose));
   for (int m = 0; m < nose; ++m) xs.push_back(r * (1.0 - std::cos(0.5 * M_PI * m / nose)));
   const auto even = [&](double from, double to) {
     const int n = std::max(1, static_cast<int>(std::ceil((to - from) / edge)));
@@ -122,9 +123,9 @@ TriangleMesh ahmed_body_mesh(const AhmedBody& b, double edge) {
   // and +x at the base.
   const auto cap = [&](size_t station, double facing) {
     const Section s = section_at(b, xs[station]);
-    std::vector<int64_t> grid(static_cast<size_t>((ny + 1) * (nz + 1)));
+    std::vector<int64_t> grid(static_cast<size_t>(ny + 1) * static_cast<size_t>(nz + 1));
     const auto id = [&](int i, int k) -> int64_t& {
-      return grid[static_cast<size_t>(k * (ny + 1) + i)];
+      return grid[static_cast<size_t>(k) * static_cast<size_t>(ny + 1) + static_cast<size_t>(i)];
     };
     for (int k = 0; k <= nz; ++k) {
       for (int i = 0; i <= ny; ++i) {

@@ -9,7 +9,7 @@
 
 namespace slipstream::aero {
 
-void trunc_normal_(torch::Tensor t, double std, double a, double b) {
+void trunc_normal_(const torch::Tensor& t, double std, double a, double b) {
   torch::NoGradGuard no_grad;
   auto cdf = [](double x) { return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))); };
   const double lo = cdf(a / std), hi = cdf(b / std);

@@ -55,7 +55,7 @@ std::pair<torch::Tensor, torch::Tensor> layer_norm_residual(const torch::nn::Lay
 
 // Fills `t` from a normal(0, std) truncated to [a, b] (absolute bounds), by
 // the inverse CDF, as torch.nn.init.trunc_normal_ does.
-void trunc_normal_(torch::Tensor t, double std, double a = -2.0, double b = 2.0);
+void trunc_normal_(const torch::Tensor& t, double std, double a = -2.0, double b = 2.0);
 
 // Calls f(begin, length) for the chunks of n points (chunked inference).
 template <typename F>

@@ -214,6 +214,7 @@ std::vector<BallQueryResult> BallQueryIndex::query(const at::Tensor& queries,
 #endif
   const auto nn = nearest(points, queries, largest_k(scales), max_elements);
   std::vector<BallQueryResult> out;
+  out.reserve(scales.size());
   for (const auto& s : scales) out.push_back(within(points, nn, s.radius, s.k));
   return out;
 }

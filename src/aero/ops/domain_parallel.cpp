@@ -1,5 +1,7 @@
 #include "aero/ops/domain_parallel.h"
 
+#include "aero/ops/saved_address.h"
+
 #include <torch/autograd.h>
 #include <torch/torch.h>
 
@@ -12,13 +14,13 @@ struct DomainSum : public torch::autograd::Function<DomainSum> {
                                int64_t group) {
     ctx->saved_data["group"] = group;
     auto sum = x.contiguous().clone();
-    reinterpret_cast<Communicator*>(group)->all_reduce_sum(sum);
+    object_at<Communicator>(group)->all_reduce_sum(sum);
     return sum;
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     auto sum = grads[0].contiguous().clone();
-    reinterpret_cast<Communicator*>(ctx->saved_data["group"].toInt())->all_reduce_sum(sum);
+    object_at<Communicator>(ctx->saved_data["group"].toInt())->all_reduce_sum(sum);
     return {sum, torch::Tensor()};
   }
 };
@@ -32,7 +34,7 @@ torch::Tensor domain_sum(const torch::Tensor& x, Communicator* group) {
     group->all_reduce_sum(sum);
     return sum;
   }
-  return DomainSum::apply(x, reinterpret_cast<int64_t>(group));
+  return DomainSum::apply(x, address_of(group));
 }
 
 PointShard point_shard(int64_t n, int rank, int size) {

@@ -28,9 +28,8 @@ slice_ops::Weights weights_of(const at::Tensor& x_mid, AutogradContext* ctx) {
 slice_ops::Weights save_weights(AutogradContext* ctx, const at::Tensor& x_mid,
                                 const at::Tensor& slice_weight, const at::Tensor& slice_bias,
                                 const at::Tensor& temperature) {
-  const slice_ops::Weights in{
-      x_mid, slice_weight.detach(), slice_bias.detach(),
-      temperature.detach().clamp(kTauMin, kTauMax).reshape({-1}).to(at::kFloat)};
+  slice_ops::Weights in{x_mid, slice_weight.detach(), slice_bias.detach(),
+                        temperature.detach().clamp(kTauMin, kTauMax).reshape({-1}).to(at::kFloat)};
   ctx->saved_data["ws"] = in.ws;
   ctx->saved_data["bias"] = in.bias;
   ctx->saved_data["tau"] = in.tau;

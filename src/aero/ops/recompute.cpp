@@ -1,5 +1,6 @@
 #include "aero/ops/recompute.h"
 
+#include "aero/ops/saved_address.h"
 #include "core/device/device.h"
 
 #include <torch/autograd.h>
@@ -102,15 +103,15 @@ torch::Tensor side_or_empty(const torch::Tensor& side, const torch::Tensor& x) {
 struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
   // `anchor` is an empty tensor that needs grad, so that the output needs
   // grad (and the backward runs, for fn's parameters) even when x does not.
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
-                               torch::Tensor side, bool with_side, torch::Tensor anchor,
-                               int64_t fn_address, int64_t chunk) {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& side, bool with_side,
+                               const torch::Tensor& anchor, int64_t fn_address, int64_t chunk) {
     (void)anchor;
     ctx->saved_data["fn"] = fn_address;
     ctx->saved_data["chunk"] = chunk;
     ctx->saved_data["autocast"] = autocast_on();
     ctx->saved_data["side"] = with_side;
-    auto& fn = *reinterpret_cast<Recomputable*>(fn_address);
+    auto& fn = *object_at<Recomputable>(fn_address);
     if (with_side) {
       ctx->save_for_backward({x, side});
       return fn.run_with(x, side);
@@ -124,7 +125,7 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
     torch::autograd::variable_list out(6);
     const auto grad = grads[0];
     if (!grad.defined()) return out;
-    auto* fn = reinterpret_cast<Recomputable*>(ctx->saved_data["fn"].toInt());
+    auto* fn = object_at<Recomputable>(ctx->saved_data["fn"].toInt());
     const auto saved = ctx->get_saved_variables();
     const auto& x = saved[0];
     AutocastGuard autocast(x.device(), ctx->saved_data["autocast"].toBool());
@@ -139,9 +140,10 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
 };
 
 struct RecomputePairFunction : public torch::autograd::Function<RecomputePairFunction> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
-                               torch::Tensor side, bool with_side, torch::Tensor anchor,
-                               int64_t first, int64_t second, int64_t chunk) {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& side, bool with_side,
+                               const torch::Tensor& anchor, int64_t first, int64_t second,
+                               int64_t chunk) {
     (void)anchor;
     ctx->saved_data["first"] = first;
     ctx->saved_data["second"] = second;
@@ -151,16 +153,16 @@ struct RecomputePairFunction : public torch::autograd::Function<RecomputePairFun
     ctx->save_for_backward(with_side ? torch::autograd::variable_list{x, side}
                                      : torch::autograd::variable_list{x});
     const auto mid =
-        reinterpret_cast<Recomputable*>(first)->run_with(x, with_side ? side : torch::Tensor());
-    return run_in_chunks(*reinterpret_cast<Recomputable*>(second), mid, chunk);
+        object_at<Recomputable>(first)->run_with(x, with_side ? side : torch::Tensor());
+    return run_in_chunks(*object_at<Recomputable>(second), mid, chunk);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     torch::autograd::variable_list out(7);
     if (!grads[0].defined()) return out;
-    auto* first = reinterpret_cast<Recomputable*>(ctx->saved_data["first"].toInt());
-    auto* second = reinterpret_cast<Recomputable*>(ctx->saved_data["second"].toInt());
+    auto* first = object_at<Recomputable>(ctx->saved_data["first"].toInt());
+    auto* second = object_at<Recomputable>(ctx->saved_data["second"].toInt());
     const auto saved = ctx->get_saved_variables();
     const auto x = saved[0].detach().requires_grad_(true);
     const bool with_side = ctx->saved_data["side"].toBool();
@@ -184,8 +186,7 @@ torch::Tensor recompute_pair(Recomputable& first, Recomputable& second, const to
   if (!torch::GradMode::is_enabled()) return second.run(first.run_with(x, side));
   const auto anchor = torch::empty({0}, x.options().requires_grad(true));
   return RecomputePairFunction::apply(x, side_or_empty(side, x), side.defined(), anchor,
-                                      reinterpret_cast<int64_t>(&first),
-                                      reinterpret_cast<int64_t>(&second), point_chunk);
+                                      address_of(&first), address_of(&second), point_chunk);
 }
 
 torch::Tensor recompute(Recomputable& fn, const torch::Tensor& x, int64_t point_chunk,
@@ -195,7 +196,7 @@ torch::Tensor recompute(Recomputable& fn, const torch::Tensor& x, int64_t point_
   if (!torch::GradMode::is_enabled()) return side.defined() ? fn.run_with(x, side) : fn.run(x);
   const auto anchor = torch::empty({0}, x.options().requires_grad(true));
   return RecomputeFunction::apply(x, side_or_empty(side, x), side.defined(), anchor,
-                                  reinterpret_cast<int64_t>(&fn), point_chunk);
+                                  address_of(&fn), point_chunk);
 }
 
 }  // namespace slipstream::aero

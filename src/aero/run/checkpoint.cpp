@@ -135,7 +135,7 @@ std::string save_checkpoint(const std::string& dir, const TrainPosition& pos, Mo
     std::snprintf(name, sizeof(name), "%s%04lld%s", kPrefix,
                   static_cast<long long>(pos.epochs_done), kSuffix);
   }
-  const std::string path = dir + "/" + name;
+  std::string path = dir + "/" + name;
   auto meta = metadata;
   meta["format"] = kFormat;
   meta["epoch"] = std::to_string(pos.epochs_done);

@@ -340,15 +340,15 @@ DatasetSource resolve_dataset_source(const Config& c) {
 
 std::string resolve_dataset_kind(const Config& c) {
   if (!c.has("dataset.kind")) return "volume";
-  const auto kind = c.get<std::string>("dataset.kind");
+  auto kind = c.get<std::string>("dataset.kind");
   check_one_of("dataset.kind", kind, {"volume", "surface"});
   return kind;
 }
 
 double scheduled_lr(const TrainSettings& s, int64_t t) {
   if (s.scheduler == "none") return s.optimizer.lr;
-  return s.optimizer.lr *
-         std::pow(s.scheduler_gamma, static_cast<double>(t / s.scheduler_step_size));
+  const int64_t periods = t / s.scheduler_step_size;  // StepLR: whole periods only
+  return s.optimizer.lr * std::pow(s.scheduler_gamma, static_cast<double>(periods));
 }
 
 }  // namespace slipstream::aero

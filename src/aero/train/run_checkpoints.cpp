@@ -214,7 +214,7 @@ std::string save_run_checkpoint(Run& run, const TrainPosition& position,
     std::snprintf(text, sizeof text, "%.17g", *val_loss);
     metadata[kValLossKey] = text;
   }
-  const std::string path = save_checkpoint(dir, position, *run.model, *run.optimizer, metadata);
+  std::string path = save_checkpoint(dir, position, *run.model, *run.optimizer, metadata);
   if (s.keep_best && scored) {
     const auto best = best_checkpoint(dir);
     if (!best || *val_loss < best->val_loss) link_best(path, dir + "/" + kBestCheckpointName);

@@ -101,25 +101,26 @@ nlohmann::json run_summary(const Run& run, const TrainResult& result,
   return j;
 }
 
-std::string format_run_summary(const nlohmann::json& j) {
+std::string format_run_summary(const nlohmann::json& summary) {
   std::string out;
   char buf[512];
-  const bool finished = j.at("status") == "finished";
-  const auto epochs = j.at("session_epochs");
-  std::snprintf(
-      buf, sizeof buf, "Run %s %s: %lld of %lld epochs done (step %lld); this session %s",
-      j.at("run_id").get<std::string>().c_str(),
-      finished ? "finished" : ("stopped by " + j.value("signal", std::string("a signal"))).c_str(),
-      static_cast<long long>(j.at("epochs_done").get<int64_t>()),
-      static_cast<long long>(j.at("num_epochs").get<int64_t>()),
-      static_cast<long long>(j.at("global_step").get<int64_t>()),
-      format_duration(j.at("session_seconds").get<double>()).c_str());
+  const bool finished = summary.at("status") == "finished";
+  const auto& epochs = summary.at("session_epochs");
+  std::snprintf(buf, sizeof buf, "Run %s %s: %lld of %lld epochs done (step %lld); this session %s",
+                summary.at("run_id").get<std::string>().c_str(),
+                finished
+                    ? "finished"
+                    : ("stopped by " + summary.value("signal", std::string("a signal"))).c_str(),
+                static_cast<long long>(summary.at("epochs_done").get<int64_t>()),
+                static_cast<long long>(summary.at("num_epochs").get<int64_t>()),
+                static_cast<long long>(summary.at("global_step").get<int64_t>()),
+                format_duration(summary.at("session_seconds").get<double>()).c_str());
   out += buf;
   const int64_t first = epochs[0].get<int64_t>();
   if (first > 1) out += " (resumed at epoch " + std::to_string(first) + ")";
   out += "\n";
-  if (!j.at("best").is_null()) {
-    const auto& b = j["best"];
+  if (!summary.at("best").is_null()) {
+    const auto& b = summary["best"];
     std::snprintf(buf, sizeof buf, "  best:  val loss %.6g (normalised) at epoch %lld: %s\n",
                   b.at("val_loss").get<double>(),
                   static_cast<long long>(b.at("epoch").get<int64_t>()),
@@ -128,15 +129,15 @@ std::string format_run_summary(const nlohmann::json& j) {
   } else {
     out += "  best:  none kept (no validation, or training.keep_best=false)\n";
   }
-  const std::string last_ckpt = j.at("last_checkpoint").get<std::string>();
+  const std::string last_ckpt = summary.at("last_checkpoint").get<std::string>();
   out +=
       "  last:  " + (last_ckpt.empty() ? std::string("no checkpoint written") : last_ckpt) + "\n";
-  out += "  record: " + j.at("run_dir").get<std::string>() + "/summary.json\n";
+  out += "  record: " + summary.at("run_dir").get<std::string>() + "/summary.json\n";
   out += "Next:\n";
   for (const char* key : {"continue", "eval", "infer", "export", "tensorboard"}) {
-    if (j["next"].contains(key)) out += "  " + j["next"][key].get<std::string>() + "\n";
+    if (summary["next"].contains(key)) out += "  " + summary["next"][key].get<std::string>() + "\n";
   }
-  out += "Run directory: " + j.at("run_dir").get<std::string>() + "\n";
+  out += "Run directory: " + summary.at("run_dir").get<std::string>() + "\n";
   return out;
 }
 

@@ -348,6 +348,7 @@ CaseRead read_case(const std::string& case_dir, bool cells, const std::vector<st
 
   // The fields, under the case's names.
   std::vector<std::string> all_fields;
+  all_fields.reserve(static_cast<size_t>(reader->GetNumberOfCellArrays()));
   for (int i = 0; i < reader->GetNumberOfCellArrays(); ++i) {
     all_fields.push_back(reader->GetCellArrayName(i));
   }
@@ -415,8 +416,7 @@ Sample read_openfoam_case(const std::string& case_dir, const std::string& kind,
   TORCH_CHECK(kind == "surface" || kind == "volume", "prepare: kind '", kind,
               "' is not one of surface, volume");
   const auto file_fields = file_field_names(targets, names, openfoam_field_names());
-  std::vector<std::string> wanted;
-  for (const auto& [target, field] : file_fields) wanted.push_back(field);
+  const auto wanted = field_names_in_file(file_fields);
   CaseRead r = read_case(case_dir, kind == "volume", wanted, o);
   const fs::path& dir = r.dir;
   const std::string& what = r.what;
@@ -475,8 +475,7 @@ void export_openfoam_case(const std::string& case_dir, const std::string& run_di
                                  spec("nut", FieldType::kScalar), spec("wss", FieldType::kVector)});
   const auto in_case = file_field_names(all_targets, names, openfoam_field_names());
   const auto out_name = drivaerml_field_names();
-  std::vector<std::string> wanted;
-  for (const auto& [target, field] : in_case) wanted.push_back(field);
+  const auto wanted = field_names_in_file(in_case);
   CaseRead r = read_case(case_dir, /*cells=*/true, wanted, o);
 
   const std::string tmp = run_dir + ".partial";

@@ -50,6 +50,13 @@ std::map<std::string, std::string> file_field_names(
   return fields;
 }
 
+std::vector<std::string> field_names_in_file(const std::map<std::string, std::string>& names) {
+  std::vector<std::string> out;
+  out.reserve(names.size());
+  for (const auto& [target, field] : names) out.push_back(field);
+  return out;
+}
+
 namespace {
 std::string only_file_with(const std::string& dir, const std::string& ext) {
   std::vector<std::string> found;
@@ -262,8 +269,7 @@ Sample read_raw_run(const std::string& run_dir, const FieldSchema& targets,
   const auto vtu = volume_pieces(run_dir);
   const auto stl = only_file_with(run_dir, ".stl");
   const auto fields = file_field_names(targets, vtu_names, drivaerml_field_names());
-  std::vector<std::string> names;
-  for (const auto& [target, field] : fields) names.push_back(field);
+  const auto names = field_names_in_file(fields);
   VolumeMesh volume = read_vtu(vtu, names);
   if (const auto rows = limited_rows(volume.points.size(0), limit_points); rows.defined()) {
     volume.points = volume.points.index_select(0, rows);
@@ -435,8 +441,7 @@ Sample read_raw_surface_run(const std::string& run_dir, const FieldSchema& targe
   TORCH_CHECK(fs::is_directory(run_dir), "prepare: run directory '", run_dir, "' does not exist");
   const auto vtp = only_file_with(run_dir, ".vtp");
   const auto fields = file_field_names(targets, vtp_names, drivaerml_field_names());
-  std::vector<std::string> names;
-  for (const auto& [target, field] : fields) names.push_back(field);
+  const auto names = field_names_in_file(fields);
   SurfaceData surface = read_vtp(vtp, names);
   if (const auto rows = limited_rows(surface.mesh.num_cells(), limit_points); rows.defined()) {
     // Orientation and closure are then the kept cells' (a subset is open).

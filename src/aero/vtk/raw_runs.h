@@ -40,6 +40,9 @@ std::map<std::string, std::string> file_field_names(
     const FieldSchema& targets, const std::map<std::string, std::string>& given,
     const std::map<std::string, std::string>& defaults);
 
+// The field names of file_field_names' map (its values, in its order).
+std::vector<std::string> field_names_in_file(const std::map<std::string, std::string>& names);
+
 // `vtu_names` maps a target to its field in the .vtu; a target it leaves out
 // is looked up under DrivAerML's name, then under its own.
 // `limit_points` > 0 keeps that many points (a fixed random subset) before

@@ -263,14 +263,14 @@ SurfaceData read_vtp(const std::string& path, const std::vector<std::string>& fi
   return surface_of(poly, path, field_names);
 }
 
-SurfaceData surface_of(vtkPolyData* poly, const std::string& path,
+SurfaceData surface_of(vtkPolyData* poly, const std::string& what,
                        const std::vector<std::string>& field_names) {
-  TORCH_CHECK(poly != nullptr && poly->GetNumberOfPolys() > 0, "vtk: '", path,
+  TORCH_CHECK(poly != nullptr && poly->GetNumberOfPolys() > 0, "vtk: '", what,
               "' holds no polygons");
-  TORCH_CHECK(poly->GetNumberOfStrips() == 0, "vtk: '", path,
+  TORCH_CHECK(poly->GetNumberOfStrips() == 0, "vtk: '", what,
               "' holds triangle strips; convert them to polygons (vtkTriangleFilter)");
   SurfaceData out;
-  out.mesh.name = path;
+  out.mesh.name = what;
   const vtkIdType nv = poly->GetNumberOfPoints();
   out.mesh.vertices = torch::empty({nv, 3}, torch::kDouble);
   auto* v = out.mesh.vertices.data_ptr<double>();
@@ -300,10 +300,10 @@ SurfaceData surface_of(vtkPolyData* poly, const std::string& path,
       }
       a = moved->GetCellData()->GetArray(name.c_str());
     }
-    TORCH_CHECK(a != nullptr, "vtk: '", path, "' has no field '", name,
+    TORCH_CHECK(a != nullptr, "vtk: '", what, "' has no field '", name,
                 "' (it has: ", array_names(poly), ")");
-    auto t = tensor_of(a, "vtk: '" + path + "' field '" + name + "'");
-    TORCH_CHECK(t.size(0) == skipped + nc, "vtk: '", path, "' field '", name, "' has ", t.size(0),
+    auto t = tensor_of(a, "vtk: '" + what + "' field '" + name + "'");
+    TORCH_CHECK(t.size(0) == skipped + nc, "vtk: '", what, "' field '", name, "' has ", t.size(0),
                 " values for ", nc, " polygons");
     out.cell_fields[name] = t.narrow(0, skipped, nc).contiguous();
   }

@@ -108,7 +108,7 @@ torch::Tensor TransolverBlockImpl::MlpPart::run(const torch::Tensor& x_in) {
   auto& b = *block;
   const auto [norm, residual] =
       layer_norm_residual(*b.ln_mlp1[0]->as<torch::nn::LayerNorm>(), x_in, b.bf16_layer_norm);
-  const auto x = b.ln_mlp1[1]->as<Mlp>()->forward_plus(norm, residual);
+  auto x = b.ln_mlp1[1]->as<Mlp>()->forward_plus(norm, residual);
   if (b.ln_mlp2.is_empty()) return x;
   return linear(*b.ln_mlp2[1]->as<torch::nn::Linear>(),
                 layer_norm(*b.ln_mlp2[0]->as<torch::nn::LayerNorm>(), x, b.bf16_layer_norm));
