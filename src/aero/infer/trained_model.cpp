@@ -4,6 +4,7 @@
 #include "aero/interop/mdlus.h"
 #include "aero/model/registry.h"
 #include "aero/ops/domain_parallel.h"
+#include "aero/ops/fp8_linear.h"
 #include "aero/ops/numerics_settings.h"
 #include "core/device/device.h"
 
@@ -24,11 +25,15 @@ TrainedModel trained_from_mdlus(const std::string& path, const Config& config,
   const auto file = read_mdlus(path);
   TrainedModel t;
   t.spec = resolve_run_spec(config);
-  apply_numerics(numerics_settings(config));
+  const NumericsSettings numerics = numerics_settings(config);
   t.fields = t.spec.fields;
-  t.trained_precision = decide_precision(t.spec.settings.precision, device);
+  // An fp8-trained model also runs where fp8 cannot (inference_precision).
+  const std::string& trained_in = t.spec.settings.precision;
+  t.trained_precision =
+      trained_in == "fp8" ? Precision::kFp8 : decide_precision(trained_in, device);
   t.device = device;
   t.precision = inference_precision(t.trained_precision, device);
+  apply_numerics(numerics, t.precision == Precision::kFp8);
   t.domain = sample_domain(t.spec.settings);
   t.model = build_model(config, model_shape(t.spec, layout));
   load_mdlus_weights(*t.model, file);
@@ -72,11 +77,12 @@ TrainedModel load_trained(const TrainedCheckpoint& trained, c10::Device device) 
   };
   TrainedModel t;
   t.spec = resolve_run_spec(trained.config);
-  apply_numerics(numerics_settings(trained.config));
+  const NumericsSettings numerics = numerics_settings(trained.config);
   t.fields = FieldSchema::from_json(nlohmann::json::parse(need("fields")));
   t.trained_precision = parse_precision(need("precision"));
   t.device = device;
   t.precision = inference_precision(t.trained_precision, device);
+  apply_numerics(numerics, t.precision == Precision::kFp8);
   t.domain = sample_domain(t.spec.settings);
   const auto shape_json = nlohmann::json::parse(need("model_shape"));
   ModelShape shape;
@@ -129,7 +135,8 @@ torch::Tensor TrainedModel::predict(const Sample& sample, int64_t chunk) const {
     torch::Tensor out;
     model->set_domain_group(group);
     try {
-      AutocastGuard autocast(device, precision == Precision::kBf16);
+      AutocastGuard autocast(device, bf16_autocast(precision));
+      if (precision == Precision::kFp8) fp8::update_scales();  // the amaxes seen so far
       out = model->forward_in_chunks(inputs, chunk);
     } catch (...) {
       model->set_domain_group(nullptr);
@@ -161,7 +168,8 @@ torch::Tensor TrainedModel::predict(const Sample& sample, int64_t chunk) const {
     }
     torch::Tensor out;
     {
-      AutocastGuard autocast(device, precision == Precision::kBf16);
+      AutocastGuard autocast(device, bf16_autocast(precision));
+      if (precision == Precision::kFp8) fp8::update_scales();  // the amaxes seen so far
       out = model->forward(inputs);
     }
     prediction.index_copy_(0, idx, out.squeeze(0).to(torch::kFloat).cpu());

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "aero/ops/fp8_linear.h"
 #include "aero/ops/lt_matmul.h"
 #include "aero/ops/numerics.h"
 
@@ -435,13 +436,17 @@ at::Tensor offered_column_sums(const at::Tensor& grad) {
 int64_t offered_column_sums_used() { return offers_used.load(std::memory_order_relaxed); }
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  if (fp8::applies(x, weight)) return fp8::linear(x, weight, bias);
   if (!bias.defined()) return at::linear(x, weight);
   return LinearFunction::apply(x, weight, bias, x, false, false);
 }
 
 at::Tensor linear_residual(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                            const at::Tensor& residual) {
-  if (!residual.defined()) return linear(x, weight, bias);
+  if (!residual.defined() || fp8::applies(x, weight)) {
+    const auto y = linear(x, weight, bias);
+    return residual.defined() ? y + residual : y;
+  }
   if (!bias.defined()) return at::linear(x, weight) + residual;
   return LinearFunction::apply(x, weight, bias, residual, false, true);
 }
@@ -450,6 +455,7 @@ std::pair<at::Tensor, at::Tensor> linear_pair(const at::Tensor& x, const at::Ten
                                               const at::Tensor& b1, const at::Tensor& w2,
                                               const at::Tensor& b2) {
   TORCH_CHECK(b1.defined() && b2.defined(), "linear_pair: both biases must be defined");
+  if (fp8::applies(x, w1) || fp8::applies(x, w2)) return {linear(x, w1, b1), linear(x, w2, b2)};
   auto y = LinearPairFunction::apply(x, w1, b1, w2, b2);
   return {y[0], y[1]};
 }
@@ -463,11 +469,16 @@ at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor&
                     const at::Tensor& w2, const at::Tensor& b2, const at::Tensor& residual,
                     bool keep_gelu) {
   TORCH_CHECK(b1.defined() && b2.defined(), "gelu_mlp: both biases must be defined");
+  if (fp8::applies(x, w1)) {  // the two Linears apart, each in fp8 where it can be
+    const auto y = linear(at::gelu(linear(x, w1, b1)), w2, b2);
+    return residual.defined() ? y + residual : y;
+  }
   const bool with = residual.defined();
   return GeluMlpFunction::apply(x, w1, b1, w2, b2, with ? residual : x, with, keep_gelu);
 }
 
 at::Tensor gelu_linear(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& bias) {
+  if (fp8::applies(h, weight)) return linear(at::gelu(h), weight, bias);
   // An autograd function's inputs must be defined tensors (LibTorch 1.13).
   if (!bias.defined()) return at::linear(at::gelu(h), weight);
   return LinearFunction::apply(h, weight, bias, h, true, false);

@@ -1,5 +1,6 @@
 #include "aero/ops/numerics_settings.h"
 
+#include "aero/ops/fp8_linear.h"
 #include "aero/ops/lt_matmul.h"
 #include "aero/ops/parameter_casts.h"
 
@@ -21,10 +22,23 @@ NumericsSettings numerics_settings(const Config& c) {
   check_one_of("numerics.slice_weight_grad", n.slice_weight_grad, {"gemm", "kernel"});
   n.parameter_casts = c.get<std::string>("numerics.parameter_casts");
   check_one_of("numerics.parameter_casts", n.parameter_casts, {"once", "per_use"});
+  // A checkpoint's config written before these keys existed has neither.
+  if (c.has("numerics.fp8_amax_history")) {
+    n.fp8_amax_history = c.get<int>("numerics.fp8_amax_history");
+    TORCH_CHECK(n.fp8_amax_history >= 1 && n.fp8_amax_history <= 1024,
+                "config: 'numerics.fp8_amax_history' is ", n.fp8_amax_history,
+                ", expected 1 to 1024 steps");
+  }
+  if (c.has("numerics.fp8_margin")) {
+    n.fp8_margin = c.get<int>("numerics.fp8_margin");
+    TORCH_CHECK(n.fp8_margin >= 0 && n.fp8_margin <= 16, "config: 'numerics.fp8_margin' is ",
+                n.fp8_margin, ", expected 0 to 16");
+  }
   return n;
 }
 
-void apply_numerics(const NumericsSettings& n) {
+void apply_numerics(const NumericsSettings& n, bool fp8) {
+  fp8::configure(fp8, {n.fp8_amax_history, n.fp8_margin});
   lt_matmul::set_mode(n.gemm == "aten"        ? lt_matmul::Mode::aten
                       : n.gemm == "heuristic" ? lt_matmul::Mode::heuristic
                                               : lt_matmul::Mode::tuned);
@@ -43,7 +57,9 @@ nlohmann::json to_json(const NumericsSettings& n) {
           {"gemm_report", n.gemm_report},
           {"slice_kernels", n.slice_kernels},
           {"slice_weight_grad", n.slice_weight_grad},
-          {"parameter_casts", n.parameter_casts}};
+          {"parameter_casts", n.parameter_casts},
+          {"fp8_amax_history", n.fp8_amax_history},
+          {"fp8_margin", n.fp8_margin}};
 }
 
 }  // namespace slipstream::aero

@@ -14,6 +14,9 @@
 //     row kernel's dlogits by a GEMM, or by the kernel that recomputes them.
 //   parameter_casts: once | per_use — the bf16 copies of the parameters made
 //     once a step, or at each use (parameter_casts.h).
+//   fp8_amax_history, fp8_margin — under precision: fp8, the steps of amaxes
+//     each scale is made from (1 to 1024) and its margin (scales 2^-margin
+//     of the largest that fits, 0 to 16) (fp8_linear.h).
 // CPU runs read and record them too; there they change nothing.
 #pragma once
 
@@ -31,6 +34,8 @@ struct NumericsSettings {
   std::string slice_kernels = "auto";
   std::string slice_weight_grad = "gemm";
   std::string parameter_casts = "once";
+  int fp8_amax_history = 16;
+  int fp8_margin = 0;
 };
 
 // The block of `c`, each value checked (an unknown one fails naming the key
@@ -38,8 +43,10 @@ struct NumericsSettings {
 // before it existed) gives the defaults.
 NumericsSettings numerics_settings(const Config& c);
 
-// Makes `n` what this process's GEMMs, slice kernels and parameter casts do.
-void apply_numerics(const NumericsSettings& n);
+// Makes `n` what this process's GEMMs, slice kernels and parameter casts do;
+// fp8: whether the Linears' GEMMs run in fp8 (precision: fp8), with n's
+// recipe.
+void apply_numerics(const NumericsSettings& n, bool fp8);
 
 // The settings as a JSON object, keyed as in the config.
 nlohmann::json to_json(const NumericsSettings& n);

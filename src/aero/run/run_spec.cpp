@@ -1,6 +1,7 @@
 #include "aero/run/run_spec.h"
 
 #include "aero/ops/domain_parallel.h"
+#include "aero/ops/fp8_linear.h"
 #include "core/process/host_memory.h"
 #include "core/text/join.h"
 
@@ -12,13 +13,22 @@
 namespace slipstream::aero {
 
 std::string to_string(Precision precision) {
-  return precision == Precision::kBf16 ? "bf16" : "fp32";
+  switch (precision) {
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kFp8:
+      return "fp8";
+    case Precision::kFp32:
+      break;
+  }
+  return "fp32";
 }
 
 Precision parse_precision(const std::string& name) {
   if (name == "bf16") return Precision::kBf16;
   if (name == "fp32") return Precision::kFp32;
-  TORCH_CHECK(false, "precision: '", name, "' is not one of fp32, bf16");
+  if (name == "fp8") return Precision::kFp8;
+  TORCH_CHECK(false, "precision: '", name, "' is not one of fp32, bf16, fp8");
 }
 
 Precision decide_precision(const std::string& setting, c10::Device device) {
@@ -26,11 +36,18 @@ Precision decide_precision(const std::string& setting, c10::Device device) {
   const Precision p = parse_precision(setting);
   TORCH_CHECK(p != Precision::kBf16 || device.is_cuda(),
               "config: precision 'bf16' needs a CUDA device (CPU runs in fp32)");
+  if (p == Precision::kFp8) {
+    const std::string why = fp8::unsupported(device);
+    TORCH_CHECK(why.empty(), "config: precision 'fp8' cannot run here: ", why,
+                "; use precision=bf16");
+  }
   return p;
 }
 
 Precision inference_precision(Precision trained, c10::Device device) {
-  return device.is_cuda() ? trained : Precision::kFp32;
+  if (!device.is_cuda()) return Precision::kFp32;
+  if (trained == Precision::kFp8 && !fp8::unsupported(device).empty()) return Precision::kBf16;
+  return trained;
 }
 
 RunSpec resolve_run_spec(const Config& config) {

@@ -20,14 +20,20 @@
 
 namespace slipstream::aero {
 
-enum class Precision { kFp32, kBf16 };
-std::string to_string(Precision precision);  // "fp32" | "bf16"
+// fp8: bf16 autocast with the Linears' GEMMs in fp8 (ops/fp8_linear.h).
+enum class Precision { kFp32, kBf16, kFp8 };
+std::string to_string(Precision precision);  // "fp32" | "bf16" | "fp8"
 Precision parse_precision(const std::string& name);
+// Whether `p` runs under bf16 autocast (bf16 and fp8 do).
+inline bool bf16_autocast(Precision p) { return p != Precision::kFp32; }
 // The `precision` setting on `device`: "auto" is bf16 autocast on CUDA and
-// fp32 elsewhere; "fp32" is fp32 everywhere; "bf16" needs CUDA.
+// fp32 elsewhere; "fp32" is fp32 everywhere; "bf16" needs CUDA; "fp8" a GPU
+// with fp8 tensor cores and a build that has the fp8 GEMMs (else it fails
+// saying why).
 Precision decide_precision(const std::string& setting, c10::Device device);
 // What inference of a model trained in `trained` runs in on `device`: the
-// same precision, except fp32 on a CPU (bf16 autocast is CUDA-only here).
+// same precision, except fp32 on a CPU (bf16 autocast is CUDA-only here)
+// and bf16 for fp8 on a GPU without the fp8 GEMMs.
 Precision inference_precision(Precision trained, c10::Device device);
 
 // What a config describes before any data, process group or model exists.

@@ -186,7 +186,7 @@ TrainSettings resolve_settings(const Config& c) {
   s.device = c.get<std::string>("device");
   check_one_of("device", s.device, {"auto", "cpu", "cuda"});
   s.precision = c.get<std::string>("precision");
-  check_one_of("precision", s.precision, {"auto", "fp32", "bf16"});
+  check_one_of("precision", s.precision, {"auto", "fp32", "bf16", "fp8"});
   numerics_settings(c);  // checked here with the rest; build_run applies it
   s.num_epochs = c.get<int64_t>("training.num_epochs");
   check_positive("training.num_epochs", static_cast<double>(s.num_epochs));

@@ -104,7 +104,7 @@ std::unique_ptr<Run> build_run(const Config& config, const DistributedEnv& env) 
   auto run = std::make_unique<Run>();
   run->config = config;
   run->spec = resolve_run_spec(config);
-  apply_numerics(numerics_settings(config));
+  const NumericsSettings numerics = numerics_settings(config);  // checked before anything starts
   run->env = env;
   const TrainSettings& s = run->spec.settings;
   // Checked before the process group exists, on every rank alike.
@@ -118,11 +118,13 @@ std::unique_ptr<Run> build_run(const Config& config, const DistributedEnv& env) 
   run->rank = rt.rank;
   run->world_size = rt.world_size;
   run->precision = decide_precision(s.precision, run->device);
+  apply_numerics(numerics, run->precision == Precision::kFp8);
   run->domain_size = static_cast<int>(domain);
   if (domain == run->world_size && domain > 1) {
     run->domain_group = run->comm.get();
   } else if (domain > 1) {  // data x domain: the domain groups are runs of D ranks
     std::vector<int> members;
+    members.reserve(static_cast<size_t>(domain));
     for (int r = 0; r < domain; ++r) members.push_back(run->data_rank() * run->domain_size + r);
     run->domain_comm = run->comm->subgroup(members);
     run->domain_group = run->domain_comm.get();

@@ -60,7 +60,8 @@ struct Run {
   SampleEnvelope envelope;
 
   const TrainSettings& settings() const { return spec.settings; }
-  bool bf16() const { return precision == Precision::kBf16; }
+  // bf16 autocast: under bf16, and under fp8 (its Linears' GEMMs in fp8).
+  bool bf16() const { return bf16_autocast(precision); }
   // What a checkpoint records so that load_trained() needs nothing else.
   std::map<std::string, std::string> checkpoint_metadata() const;
   // The logs' "config" and "dataset" records, in the recipe's layout: model,

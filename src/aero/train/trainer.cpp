@@ -1,5 +1,6 @@
 #include "aero/train/trainer.h"
 
+#include "aero/ops/fp8_linear.h"
 #include "aero/ops/parameter_casts.h"
 #include "aero/train/graphed_step.h"
 #include "aero/train/log_records.h"
@@ -112,6 +113,8 @@ EpochResult Trainer::train_epoch(int64_t epoch, int64_t first_step) {
       phase(Phase::kForward);
       AutocastGuard autocast(device, run_.bf16());
       if (casts) casts->refresh();
+      // precision fp8: last step's amaxes into the scales (fp8_linear.h).
+      if (run_.precision == Precision::kFp8) fp8::update_scales();
       const ParameterCasts::Scope cast_scope(casts ? &*casts : nullptr);
       prediction = model.forward(batch.inputs);
     }

@@ -115,7 +115,9 @@ TEST(ConfigTest, TheNumericsBlockIsCheckedAndRecorded) {
                             {"gemm_report", false},
                             {"slice_kernels", "auto"},
                             {"slice_weight_grad", "gemm"},
-                            {"parameter_casts", "once"}}));
+                            {"parameter_casts", "once"},
+                            {"fp8_amax_history", 16},
+                            {"fp8_margin", 0}}));
   for (const auto& [key, choices] : std::vector<std::pair<std::string, std::string>>{
            {"numerics.gemm", "tuned, heuristic, aten"},
            {"numerics.slice_kernels", "auto, mma"},
@@ -127,6 +129,13 @@ TEST(ConfigTest, TheNumericsBlockIsCheckedAndRecorded) {
   }
   EXPECT_NE(error_of({"numerics.gemm_report=sometimes"}).find("numerics.gemm_report"),
             std::string::npos);
+  EXPECT_NE(error_of({"numerics.fp8_amax_history=0"})
+                .find("'numerics.fp8_amax_history' is 0, expected 1 to 1024 steps"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of({"numerics.fp8_margin=-1"}).find("'numerics.fp8_margin' is -1, expected 0 to 16"),
+      std::string::npos);
+  EXPECT_NE(error_of({"precision=fp16"}).find("auto, fp32, bf16, fp8"), std::string::npos);
   const auto c = Config::load(kDir, {"numerics.slice_kernels=mma", "numerics.gemm=aten"});
   EXPECT_EQ(c.flat().at("numerics.slice_kernels"), "mma");
   EXPECT_NE(c.to_yaml().find("slice_kernels: mma"), std::string::npos);

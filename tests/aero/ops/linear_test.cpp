@@ -22,11 +22,12 @@ using testing::relative_error;
 // at each use; anything else is an error naming the key and the choices.
 // On the CPU nothing is cached: find() gives nothing even inside a Scope.
 TEST(ParameterCastsTest, TheSwitchAndTheCpu) {
-  apply_numerics(numerics_settings(testing::load_config({})));
+  apply_numerics(numerics_settings(testing::load_config({})), false);
   EXPECT_TRUE(ParameterCasts::enabled());
-  apply_numerics(numerics_settings(testing::load_config({"numerics.parameter_casts=per_use"})));
+  apply_numerics(numerics_settings(testing::load_config({"numerics.parameter_casts=per_use"})),
+                 false);
   EXPECT_FALSE(ParameterCasts::enabled());
-  apply_numerics(numerics_settings(testing::load_config({"numerics.parameter_casts=once"})));
+  apply_numerics(numerics_settings(testing::load_config({"numerics.parameter_casts=once"})), false);
   EXPECT_TRUE(ParameterCasts::enabled());
   const auto msg = testing::error_message_of(
       [] { numerics_settings(testing::load_config({"numerics.parameter_casts=sometimes"})); });

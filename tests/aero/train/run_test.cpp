@@ -6,6 +6,7 @@
 #include "aero/infer/trained_model.h"
 #include "aero/interop/mdlus.h"
 #include "aero/model/registry.h"
+#include "aero/ops/fp8_linear.h"
 #include "aero/ops/numerics_settings.h"
 #include "aero/ops/parameter_casts.h"
 #include "aero/run/checkpoint.h"
@@ -63,6 +64,41 @@ TEST(RunTest, PrecisionIsDecidedOnceFromTheSettingAndTheDevice) {
   EXPECT_EQ(inference_precision(Precision::kFp32, cuda), Precision::kFp32);
   EXPECT_EQ(inference_precision(Precision::kBf16, cuda), Precision::kBf16);
   EXPECT_EQ(inference_precision(Precision::kBf16, cpu), Precision::kFp32);
+  // fp8 needs the fp8 GEMMs on a GPU that has them: elsewhere it is refused
+  // naming why, and an fp8-trained model is inferred in fp32 on a CPU and in
+  // bf16 on a GPU without them.
+  EXPECT_EQ(parse_precision("fp8"), Precision::kFp8);
+  EXPECT_EQ(to_string(Precision::kFp8), "fp8");
+  const auto on_cpu = error_message_of([&] { decide_precision("fp8", cpu); });
+  EXPECT_NE(on_cpu.find("precision 'fp8' cannot run here: fp8 GEMMs need a CUDA GPU; this run is "
+                        "on cpu; use precision=bf16"),
+            std::string::npos)
+      << on_cpu;
+  const bool gpu_fp8 = fp8::unsupported(cuda).empty();
+  if (gpu_fp8) {
+    EXPECT_EQ(decide_precision("fp8", cuda), Precision::kFp8);
+  } else {
+    EXPECT_NE(error_message_of([&] {
+                decide_precision("fp8", cuda);
+              }).find("precision 'fp8' cannot run here: " + fp8::unsupported(cuda)),
+              std::string::npos);
+  }
+  EXPECT_EQ(inference_precision(Precision::kFp8, cpu), Precision::kFp32);
+  EXPECT_EQ(inference_precision(Precision::kFp8, cuda),
+            gpu_fp8 ? Precision::kFp8 : Precision::kBf16);
+}
+
+// A run configured for fp8 where it cannot run stops before anything
+// starts, naming the setting and the reason, not falling back silently.
+TEST(RunTest, Fp8IsRefusedWhereItCannotRun) {
+  testing::TempDir dir;
+  const auto msg = error_message_of([&] {
+    build_run(testing::load_config(tiny(dir.path(), {"device=cpu", "precision=fp8"})),
+              DistributedEnv{});
+  });
+  EXPECT_NE(msg.find("config: precision 'fp8' cannot run here"), std::string::npos) << msg;
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/r")) << "nothing was written";
+  EXPECT_FALSE(fp8::enabled());
 }
 
 // The in-memory dataset has splits train and val: another name is refused
@@ -289,12 +325,12 @@ TEST(RunTest, InferenceTakesTheNumericsAndTheSampleDomainOfItsCheckpoint) {
   auto run = build_run(testing::load_config(tiny(dir.path(), {"numerics.parameter_casts=per_use"})),
                        DistributedEnv{});
   Trainer(*run).fit();
-  apply_numerics(NumericsSettings{});  // as another run would leave them
+  apply_numerics(NumericsSettings{}, false);  // as another run would leave them
   ASSERT_TRUE(ParameterCasts::enabled());
   const TrainedModel t = load_trained(dir.path() + "/r", c10::Device(c10::kCPU));
   EXPECT_FALSE(ParameterCasts::enabled());
   EXPECT_EQ(t.domain, SampleDomain::kVolume);
-  apply_numerics(NumericsSettings{});
+  apply_numerics(NumericsSettings{}, false);
 }
 
 // training.keep_best: the checkpoint of the lowest val loss outlives

@@ -1,0 +1,309 @@
+#include "aero/ops/fp8_linear.h"
+
+#include "aero/ops/linear.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <torch/autograd.h>
+#include <torch/version.h>
+
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#if defined(SLIPSTREAM_WITH_CUDA) && \
+    (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1))
+#define SLIPSTREAM_FP8 1
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "aero/kernels/fp8_kernels.h"
+#endif
+
+namespace slipstream::aero::fp8 {
+
+namespace {
+
+// Each Linear's three scaled tensors, in this order, three slots in a row.
+enum Role : int64_t { kInput = 0, kWeight = 1, kGradOutput = 2, kRoles = 3 };
+
+// Slots for this many Linears: the largest config has a few hundred.
+constexpr int64_t kMaxLinears = 2048;
+
+struct Registry {
+  std::mutex mutex;
+  bool on = false;
+  Recipe recipe;
+  c10::Device device{c10::kCPU};
+  // (slots), (slots, history), (slots), (slots), (slots), (1) on the device.
+  at::Tensor amax, history, scale, scale_inv, limit, cursor;
+  std::unordered_map<const void*, int64_t> first_slot;  // by the weight's TensorImpl
+  std::vector<bool> scaled;                             // a slot's first scale made
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+}  // namespace
+
+bool enabled() {
+  auto& r = registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  return r.on;
+}
+
+void configure(bool on, const Recipe& recipe) {
+  TORCH_CHECK(recipe.history >= 1 && recipe.history <= 1024,
+              "fp8: the amax history must hold 1 to 1024 steps, not ", recipe.history);
+  TORCH_CHECK(recipe.margin >= 0 && recipe.margin <= 16, "fp8: the margin must be 0 to 16, not ",
+              recipe.margin);
+  auto& r = registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  r.on = on;
+  r.recipe = recipe;
+  r.amax = r.history = r.scale = r.scale_inv = r.limit = r.cursor = at::Tensor();
+  r.first_slot.clear();
+  r.scaled.clear();
+}
+
+#ifdef SLIPSTREAM_FP8
+
+namespace {
+
+namespace fk = fp8_kernels;
+
+cudaStream_t current_stream() { return at::cuda::getCurrentCUDAStream().stream(); }
+
+// The first of weight's three slots, made (with the buffers, on the first
+// Linear) where it has none. Host-side bookkeeping alone; r.mutex held.
+int64_t slots_of(Registry& r, const at::Tensor& weight) {
+  const void* key = weight.unsafeGetTensorImpl();
+  const auto it = r.first_slot.find(key);
+  if (it != r.first_slot.end()) return it->second;
+  if (!r.amax.defined()) {
+    const int64_t slots = kMaxLinears * kRoles;
+    const auto f32 = weight.options().dtype(at::kFloat);
+    r.device = weight.device();
+    r.amax = at::zeros({slots}, f32);
+    r.history = at::zeros({slots, r.recipe.history}, f32);
+    r.scale = at::ones({slots}, f32);
+    r.scale_inv = at::ones({slots}, f32);
+    std::vector<float> limits(static_cast<size_t>(slots));
+    for (int64_t s = 0; s < slots; ++s) {
+      limits[static_cast<size_t>(s)] =
+          fk::max_finite(s % kRoles == kGradOutput ? fk::Format::kE5M2 : fk::Format::kE4M3);
+    }
+    r.limit = at::tensor(limits, at::kFloat).to(weight.device());
+    r.cursor = at::zeros({1}, weight.options().dtype(at::kLong));
+  }
+  TORCH_CHECK(weight.device() == r.device, "fp8: a Linear on ", weight.device(),
+              " where the others are on ", r.device);
+  const auto first = static_cast<int64_t>(r.first_slot.size()) * kRoles;
+  TORCH_CHECK(first + kRoles <= kMaxLinears * kRoles, "fp8: more than ", kMaxLinears,
+              " Linear layers");
+  r.first_slot.emplace(key, first);
+  r.scaled.resize(static_cast<size_t>(first + kRoles), false);
+  return first;
+}
+
+fk::Format format_of(int64_t slot) {
+  return slot % kRoles == kGradOutput ? fk::Format::kE5M2 : fk::Format::kE4M3;
+}
+
+at::ScalarType dtype_of(fk::Format f) {
+  return f == fk::Format::kE5M2 ? at::ScalarType::Float8_e5m2 : at::ScalarType::Float8_e4m3fn;
+}
+
+// The fp8 GEMMs take widths that are multiples of 16; rows (the weight
+// gradient's contracted dimension) are padded with zeros up to one.
+int64_t padded(int64_t rows) { return (rows + 15) / 16 * 16; }
+
+struct Cast {
+  at::Tensor q, q_t;  // (padded rows, cols) and, where asked for, (cols, padded rows)
+};
+
+// m (rows, cols), bf16 or fp32, contiguous, in slot's format and scale,
+// its rows padded with zeros to a multiple of 16; its amax recorded. A
+// slot's first cast makes its first scale from the amax of m itself before
+// casting.
+Cast quantize(Registry& r, int64_t slot, const at::Tensor& m, bool want, bool want_t) {
+  const int64_t rows = m.size(0), rows_out = padded(rows), cols = m.size(1);
+  const bool in_fp32 = m.scalar_type() == at::kFloat;
+  const auto stream = current_stream();
+  float* amax = r.amax.data_ptr<float>() + slot;
+  float* scale = r.scale.data_ptr<float>() + slot;
+  const auto format = format_of(slot);
+  if (!r.scaled[static_cast<size_t>(slot)]) {
+    fk::quantize(m.data_ptr(), in_fp32, rows, rows, cols, scale, format, nullptr, nullptr, amax,
+                 stream);
+    fk::scale_from_amax(amax, fk::max_finite(format), r.recipe.margin, scale,
+                        r.scale_inv.data_ptr<float>() + slot, stream);
+    r.scaled[static_cast<size_t>(slot)] = true;
+  }
+  const auto options = m.options().dtype(dtype_of(format));
+  Cast c;
+  if (want || want_t) c.q = at::empty({rows_out, cols}, options);
+  if (want_t) c.q_t = at::empty({cols, rows_out}, options);
+  fk::quantize(m.data_ptr(), in_fp32, rows, rows_out, cols, scale, format,
+               c.q.defined() ? static_cast<uint8_t*>(c.q.data_ptr()) : nullptr,
+               c.q_t.defined() ? static_cast<uint8_t*>(c.q_t.data_ptr()) : nullptr, amax, stream);
+  return c;
+}
+
+at::Tensor as_matrix(const at::Tensor& t) {
+  auto m = t.reshape({-1, t.size(-1)});
+  if (m.scalar_type() != at::kFloat && m.scalar_type() != at::kBFloat16) m = m.to(at::kBFloat16);
+  return m.contiguous();
+}
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
+ public:
+  // grad: grad mode was on at the call (inside forward it is off), so
+  // that a no-grad forward keeps no transposed copies.
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            const at::Tensor& bias, bool grad) {
+    const c10::cuda::CUDAGuard guard(x.device());
+    auto& r = registry();
+    const std::lock_guard<std::mutex> lock(r.mutex);
+    const int64_t slot = slots_of(r, weight);
+    const auto x2 = as_matrix(x), w = as_matrix(weight);
+    // The backward's GEMMs take x transposed (weight gradient) and the
+    // weight transposed (input gradient).
+    const Cast xq = quantize(r, slot + kInput, x2, true, grad && weight.requires_grad());
+    const Cast wq = quantize(r, slot + kWeight, w, true, grad && x.requires_grad());
+    // An empty bias stands for none (an autograd function's inputs are
+    // defined tensors).
+    const auto b = bias.numel() > 0 ? std::optional<at::Tensor>(bias.to(at::kBFloat16))
+                                    : std::optional<at::Tensor>();
+    auto y = at::_scaled_mm(xq.q, wq.q.t(), r.scale_inv[slot + kInput], r.scale_inv[slot + kWeight],
+                            b, std::nullopt, at::kBFloat16,
+                            /*use_fast_accum=*/true);
+    y = y.narrow(0, 0, x2.size(0));  // the padding rows' products dropped
+    ctx->save_for_backward({xq.q_t, wq.q_t});
+    ctx->saved_data["slot"] = slot;
+    ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
+    ctx->saved_data["x_sizes"] = x.sizes().vec();
+    ctx->saved_data["w_dtype"] = static_cast<int64_t>(weight.scalar_type());
+    ctx->saved_data["b_dtype"] = static_cast<int64_t>(bias.scalar_type());
+    ctx->saved_data["bias"] = bias.numel() > 0;
+    auto sizes = x.sizes().vec();
+    sizes.back() = weight.size(0);
+    return y.view(sizes);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list out(4);
+    if (!grads[0].defined()) return out;
+    const auto saved = ctx->get_saved_variables();
+    const auto &x_t = saved[0], &w_t = saved[1];
+    const int64_t slot = ctx->saved_data["slot"].toInt();
+    const auto g = as_matrix(grads[0].to(at::kBFloat16));
+    const c10::cuda::CUDAGuard guard(g.device());
+    auto& r = registry();
+    const std::lock_guard<std::mutex> lock(r.mutex);
+    const bool want_x = ctx->needs_input_grad(0) && w_t.defined();
+    const bool want_w = ctx->needs_input_grad(1) && x_t.defined();
+    const Cast gq = quantize(r, slot + kGradOutput, g, want_x, want_w);
+    const auto dtype = [&](const char* key) {
+      return static_cast<at::ScalarType>(ctx->saved_data[key].toInt());
+    };
+    if (want_x) {
+      const auto gx = at::_scaled_mm(gq.q, w_t.t(), r.scale_inv[slot + kGradOutput],
+                                     r.scale_inv[slot + kWeight], std::nullopt, std::nullopt,
+                                     at::kBFloat16, /*use_fast_accum=*/false);
+      out[0] = gx.narrow(0, 0, g.size(0))
+                   .view(ctx->saved_data["x_sizes"].toIntVector())
+                   .to(dtype("x_dtype"));
+    }
+    if (want_w) {
+      const auto gw = at::_scaled_mm(gq.q_t, x_t.t(), r.scale_inv[slot + kGradOutput],
+                                     r.scale_inv[slot + kInput], std::nullopt, std::nullopt,
+                                     at::kFloat, /*use_fast_accum=*/false);
+      out[1] = gw.to(dtype("w_dtype"));
+    }
+    if (ctx->needs_input_grad(2) && ctx->saved_data["bias"].toBool()) {
+      out[2] = column_sum(g).to(dtype("b_dtype"));
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+std::string unsupported(c10::Device device) {
+  if (!device.is_cuda()) return "fp8 GEMMs need a CUDA GPU; this run is on " + device.str();
+  const auto* p = at::cuda::getDeviceProperties(device.index() < 0 ? at::cuda::current_device()
+                                                                   : device.index());
+  if (p->major * 10 + p->minor < 89) {
+    return std::string(
+               "fp8 GEMMs need a GPU of compute capability 8.9 or newer (fp8 tensor "
+               "cores: Ada, Hopper, Blackwell); ") +
+           p->name + " is " + std::to_string(p->major) + "." + std::to_string(p->minor);
+  }
+  return "";
+}
+
+bool applies(const at::Tensor& x, const at::Tensor& weight) {
+  if (!enabled() || !x.defined() || !weight.defined()) return false;
+  if (!x.is_cuda() || weight.device() != x.device() || !x.is_floating_point()) return false;
+  if (weight.dim() != 2 || x.dim() < 1 || x.size(-1) != weight.size(1) || x.numel() == 0) {
+    return false;
+  }
+  return weight.size(0) % 16 == 0 && weight.size(1) % 16 == 0;
+}
+
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  TORCH_CHECK(applies(x, weight), "fp8::linear: x ", x.sizes(), " and weight ", weight.sizes(),
+              " are not an fp8 product (fp8 on, one GPU, widths multiples of 16)");
+  return Fp8LinearFunction::apply(x, weight,
+                                  bias.defined() ? bias : at::empty({0}, weight.options()),
+                                  at::GradMode::is_enabled());
+}
+
+void update_scales() {
+  auto& r = registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  if (!r.on || !r.amax.defined() || r.first_slot.empty()) return;
+  const c10::cuda::CUDAGuard guard(r.device);
+  fk::update_scales(r.amax.data_ptr<float>(), r.history.data_ptr<float>(),
+                    r.scale.data_ptr<float>(), r.scale_inv.data_ptr<float>(),
+                    r.limit.data_ptr<float>(), static_cast<int64_t>(r.first_slot.size()) * kRoles,
+                    r.recipe.history, r.recipe.margin, r.cursor.data_ptr<int64_t>(),
+                    current_stream());
+}
+
+#else  // no fp8 GEMMs in this build
+
+std::string unsupported(c10::Device device) {
+  if (!device.is_cuda()) return "fp8 GEMMs need a CUDA GPU; this run is on " + device.str();
+  return "this build has no fp8 GEMMs (it needs CUDA and LibTorch 2.1 or newer)";
+}
+
+bool applies(const at::Tensor&, const at::Tensor&) { return false; }
+
+at::Tensor linear(const at::Tensor&, const at::Tensor&, const at::Tensor&) {
+  TORCH_CHECK(false, "fp8::linear: ", unsupported(c10::Device(c10::kCPU)));
+  return {};
+}
+
+void update_scales() {}
+
+#endif
+
+State state_of(const at::Tensor& weight) {
+  auto& r = registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  const auto it = r.first_slot.find(weight.unsafeGetTensorImpl());
+  if (it == r.first_slot.end()) return {};
+  const int64_t s = it->second;
+  return {r.amax.narrow(0, s, kRoles).clone(), r.history.narrow(0, s, kRoles).clone(),
+          r.scale.narrow(0, s, kRoles).clone()};
+}
+
+}  // namespace slipstream::aero::fp8

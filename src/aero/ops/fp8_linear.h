@@ -1,0 +1,76 @@
+// precision: fp8 — the model's Linear layers' three GEMMs (forward, input
+// gradient, weight gradient) in fp8 on the GPU's fp8 tensor cores
+// (cuBLASLt through ATen's _scaled_mm), everything else as under bf16
+// autocast: the fp32 master weights, the optimizer, LayerNorm, GELU, the
+// slice and attention kernels.
+//
+// Formats and scales, as Transformer Engine's delayed scaling has them:
+// activations and weights in e4m3, output gradients in e5m2, each with a
+// per-tensor scale. Every Linear (keyed by its weight) has three scaled
+// tensors: its input, its weight and its output's gradient. Each cast
+// records the tensor's amax on the device; update_scales() (the trainer
+// calls it at each training forward's start, inside the CUDA graph when
+// the step is graphed) enters those amaxes into a history of the last
+// `history` steps and makes each scale limit / max(history) / 2^margin, so
+// no cast waits for a reduction over its own input and nothing syncs. A
+// tensor's first scale comes from its own first cast's amax (one extra
+// pass, once). A non-finite amax (an overflowing step, which the step
+// guard then skips) is entered as 0 and leaves the scales as they were.
+// The histories are not checkpointed: a resumed run starts them again, as
+// from each tensor's first cast.
+//
+// The fp8 copies kept for the backward are the input's and the weight's,
+// transposed (the fp8 GEMMs take both operands with the contracted
+// dimension contiguous), one byte a value where bf16 keeps two.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <string>
+
+namespace slipstream::aero::fp8 {
+
+struct Recipe {
+  int history = 16;  // numerics.fp8_amax_history: steps of amaxes a scale is made from
+  int margin = 0;    // numerics.fp8_margin: scales 2^-margin of the largest that fits
+};
+
+// Why fp8 GEMMs cannot run on `device` ("" when they can): not a GPU, a
+// build without them (no CUDA, or a LibTorch before 2.1), or a GPU without
+// fp8 tensor cores (compute capability below 8.9).
+std::string unsupported(c10::Device device);
+
+// Turns the fp8 GEMMs on (with `recipe`) or off for this process, and
+// drops every tensor's scaling state.
+void configure(bool on, const Recipe& recipe);
+bool enabled();
+
+// Whether linear(x, weight, bias) below takes this product: fp8 on, x and
+// weight on one GPU, x floating, weight 2-D, and its widths multiples of 16,
+// as the fp8 GEMMs need (x's rows, the weight gradient's contracted
+// dimension, are padded with zero rows to a multiple of 16 in its fp8
+// copies). Otherwise the caller's bf16 path runs.
+bool applies(const at::Tensor& x, const at::Tensor& weight);
+
+// x (..., in) weight^T (out, in) + bias (out, or undefined): (..., out)
+// bf16, one autograd function whose three GEMMs run in fp8 as above.
+// Gradients: x's in x's dtype, weight's (fp32 from the GEMM) in the
+// weight's, the bias's summed over rows in fp32.
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+
+// Enters every tensor's amax since the last call into its history and
+// remakes its scale, in one launch on the current stream; nothing when fp8
+// is off or no Linear has run yet.
+void update_scales();
+
+// A Linear's scaling state, for tests and logs: rows input, weight, output
+// gradient. amax (3) since the last update_scales(), history (3, history),
+// scale (3); undefined tensors for a weight no fp8 linear has seen.
+struct State {
+  at::Tensor amax, history, scale;
+};
+State state_of(const at::Tensor& weight);
+
+}  // namespace slipstream::aero::fp8
