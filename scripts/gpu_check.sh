@@ -427,7 +427,8 @@ def g(d, *k):
     for x in k:
         d = d.get(x, {}) if isinstance(d, dict) else {}
     return d if d != {} else None
-print(sys.argv[2], "p_l2", m.get("pressure_l2"), "wss_l2", m.get("wss_l2"),
+l2 = " ".join(f"{k} {v:.4f}" for k, v in sorted(m.items()) if k.endswith("_l2") and isinstance(v, float))
+print(sys.argv[2], l2,
       "CD", json.dumps(f.get("CD", f.get("coefficients", {}).get("CD"))),
       "CL", json.dumps(f.get("CL", f.get("coefficients", {}).get("CL"))))
 PY

@@ -201,8 +201,8 @@ TEST(Fp8LinearCudaTest, TakesProductsOfWidthsAndRowsMultiplesOf16_CUDA) {
     const auto y64 = fp8::linear(x64g, w64, b);
     (y64 * up64).sum().backward();
     // Rows sit elsewhere in the two products: equal up to the GEMMs' order.
-    EXPECT_TRUE(torch::allclose(y61.to(torch::kFloat), y64.narrow(1, 0, 61).to(torch::kFloat),
-                                1e-2, 1e-2));
+    EXPECT_TRUE(
+        torch::allclose(y61.to(torch::kFloat), y64.narrow(1, 0, 61).to(torch::kFloat), 1e-2, 1e-2));
     EXPECT_TRUE(torch::allclose(x61.grad().to(torch::kFloat),
                                 x64g.grad().narrow(1, 0, 61).to(torch::kFloat), 1e-2, 1e-2));
     EXPECT_TRUE(torch::allclose(w61.grad(), w64.grad(), 1e-4, 1e-3));
