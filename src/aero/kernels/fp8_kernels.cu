@@ -62,8 +62,8 @@ __global__ void __launch_bounds__(kTile* kRowsPerPass)
 }
 
 __global__ void update_scales_kernel(float* amax, float* history, float* scale, float* scale_inv,
-                                     const float* limit, int64_t count, int history_len,
-                                     float divisor, int64_t* cursor) {
+                                     int64_t inv_stride, const float* limit, int64_t count,
+                                     int history_len, float divisor, int64_t* cursor) {
   const int64_t at = *cursor % history_len;
   for (int64_t s = threadIdx.x; s < count; s += blockDim.x) {
     float a = amax[s];
@@ -76,7 +76,7 @@ __global__ void update_scales_kernel(float* amax, float* history, float* scale, 
     if (m > 0.f) {
       const float sc = limit[s] / m / divisor;
       scale[s] = sc;
-      scale_inv[s] = 1.f / sc;
+      scale_inv[s * inv_stride] = 1.f / sc;
     }
   }
   __syncthreads();
@@ -116,11 +116,13 @@ void quantize(const void* in, bool in_fp32, int64_t rows, int64_t rows_out, int6
   kernels::check_launch("fp8", "quantize_kernel");
 }
 
-void update_scales(float* amax, float* history, float* scale, float* scale_inv, const float* limit,
-                   int64_t count, int history_len, int margin, int64_t* cursor, void* stream) {
+void update_scales(float* amax, float* history, float* scale, float* scale_inv, int64_t inv_stride,
+                   const float* limit, int64_t count, int history_len, int margin, int64_t* cursor,
+                   void* stream) {
   if (count <= 0) return;
   update_scales_kernel<<<1, 1024, 0, static_cast<cudaStream_t>(stream)>>>(
-      amax, history, scale, scale_inv, limit, count, history_len, divisor_of(margin), cursor);
+      amax, history, scale, scale_inv, inv_stride, limit, count, history_len, divisor_of(margin),
+      cursor);
   kernels::check_launch("fp8", "update_scales_kernel");
 }
 

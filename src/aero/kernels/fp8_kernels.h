@@ -32,10 +32,12 @@ void quantize(const void* in, bool in_fp32, int64_t rows, int64_t rows_out, int6
 // The scales of `count` tensors (slots) after a step, in one launch: for each slot s, amax[s] is
 // recorded in history[s][*cursor % history_len] (a non-finite one as 0, so that an overflowing step
 // leaves the scales as they were) and amax[s] is reset to 0; then m = the largest value of
-// history[s]; where m > 0, scale[s] = limit[s] / m / 2^margin and scale_inv[s] = 1 / scale[s] (else
-// both unchanged). *cursor is then advanced by one. All on the device: nothing waits for the host.
-void update_scales(float* amax, float* history, float* scale, float* scale_inv, const float* limit,
-                   int64_t count, int history_len, int margin, int64_t* cursor, void* stream);
+// history[s]; where m > 0, scale[s] = limit[s] / m / 2^margin and scale_inv[s * inv_stride] =
+// 1 / scale[s] (else both unchanged). *cursor is then advanced by one. All on the device: nothing
+// waits for the host. (cuBLASLt reads the inverse scales by pointer, 16-byte aligned: stride 4.)
+void update_scales(float* amax, float* history, float* scale, float* scale_inv, int64_t inv_stride,
+                   const float* limit, int64_t count, int history_len, int margin, int64_t* cursor,
+                   void* stream);
 
 // A slot's first scale, from the amax of its first cast (made with
 // quantize into amax[0] before the real cast): scale[0] = limit / amax[0] /

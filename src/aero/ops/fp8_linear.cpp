@@ -30,6 +30,9 @@ enum Role : int64_t { kInput = 0, kWeight = 1, kGradOutput = 2, kRoles = 3 };
 
 // Slots for this many Linears: the largest config has a few hundred.
 constexpr int64_t kMaxLinears = 2048;
+// cuBLASLt reads the inverse scales by pointer and wants them 16-byte
+// aligned (else CUBLAS_STATUS_NOT_SUPPORTED): one to a 4-float row.
+constexpr int64_t kInvStride = 4;
 
 struct Registry {
   std::mutex mutex;
@@ -90,7 +93,7 @@ int64_t slots_of(Registry& r, const at::Tensor& weight) {
     r.amax = at::zeros({slots}, f32);
     r.history = at::zeros({slots, r.recipe.history}, f32);
     r.scale = at::ones({slots}, f32);
-    r.scale_inv = at::ones({slots}, f32);
+    r.scale_inv = at::ones({slots, kInvStride}, f32);
     std::vector<float> limits(static_cast<size_t>(slots));
     for (int64_t s = 0; s < slots; ++s) {
       limits[static_cast<size_t>(s)] =
@@ -140,7 +143,7 @@ Cast quantize(Registry& r, int64_t slot, const at::Tensor& m, bool want, bool wa
     fk::quantize(m.data_ptr(), in_fp32, rows, rows, cols, scale, format, nullptr, nullptr, amax,
                  stream);
     fk::scale_from_amax(amax, fk::max_finite(format), r.recipe.margin, scale,
-                        r.scale_inv.data_ptr<float>() + slot, stream);
+                        r.scale_inv.data_ptr<float>() + slot * kInvStride, stream);
     r.scaled[static_cast<size_t>(slot)] = true;
   }
   const auto options = m.options().dtype(dtype_of(format));
@@ -152,6 +155,9 @@ Cast quantize(Registry& r, int64_t slot, const at::Tensor& m, bool want, bool wa
                c.q_t.defined() ? static_cast<uint8_t*>(c.q_t.data_ptr()) : nullptr, amax, stream);
   return c;
 }
+
+// The inverse scale of `slot`, 0-dim, as the fp8 GEMMs take it.
+at::Tensor inv(const Registry& r, int64_t slot) { return r.scale_inv[slot][0]; }
 
 at::Tensor as_matrix(const at::Tensor& t) {
   auto m = t.reshape({-1, t.size(-1)});
@@ -181,8 +187,8 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     // defined tensors).
     const auto b = bias.numel() > 0 ? std::optional<at::Tensor>(bias.to(at::kBFloat16))
                                     : std::optional<at::Tensor>();
-    auto y = at::_scaled_mm(xq.q, wq.q.t(), r.scale_inv[slot + kInput], r.scale_inv[slot + kWeight],
-                            b, std::nullopt, at::kBFloat16,
+    auto y = at::_scaled_mm(xq.q, wq.q.t(), inv(r, slot + kInput), inv(r, slot + kWeight), b,
+                            std::nullopt, at::kBFloat16,
                             /*use_fast_accum=*/true);
     y = y.narrow(0, 0, x2.size(0));  // the padding rows' products dropped
     ctx->save_for_backward({xq.q_t, wq.q_t});
@@ -214,17 +220,17 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
       return static_cast<at::ScalarType>(ctx->saved_data[key].toInt());
     };
     if (want_x) {
-      const auto gx = at::_scaled_mm(gq.q, w_t.t(), r.scale_inv[slot + kGradOutput],
-                                     r.scale_inv[slot + kWeight], std::nullopt, std::nullopt,
-                                     at::kBFloat16, /*use_fast_accum=*/false);
+      const auto gx =
+          at::_scaled_mm(gq.q, w_t.t(), inv(r, slot + kGradOutput), inv(r, slot + kWeight),
+                         std::nullopt, std::nullopt, at::kBFloat16, /*use_fast_accum=*/false);
       out[0] = gx.narrow(0, 0, g.size(0))
                    .view(ctx->saved_data["x_sizes"].toIntVector())
                    .to(dtype("x_dtype"));
     }
     if (want_w) {
-      const auto gw = at::_scaled_mm(gq.q_t, x_t.t(), r.scale_inv[slot + kGradOutput],
-                                     r.scale_inv[slot + kInput], std::nullopt, std::nullopt,
-                                     at::kFloat, /*use_fast_accum=*/false);
+      const auto gw =
+          at::_scaled_mm(gq.q_t, x_t.t(), inv(r, slot + kGradOutput), inv(r, slot + kInput),
+                         std::nullopt, std::nullopt, at::kFloat, /*use_fast_accum=*/false);
       out[1] = gw.to(dtype("w_dtype"));
     }
     if (ctx->needs_input_grad(2) && ctx->saved_data["bias"].toBool()) {
@@ -272,7 +278,7 @@ void update_scales() {
   if (!r.on || !r.amax.defined() || r.first_slot.empty()) return;
   const c10::cuda::CUDAGuard guard(r.device);
   fk::update_scales(r.amax.data_ptr<float>(), r.history.data_ptr<float>(),
-                    r.scale.data_ptr<float>(), r.scale_inv.data_ptr<float>(),
+                    r.scale.data_ptr<float>(), r.scale_inv.data_ptr<float>(), kInvStride,
                     r.limit.data_ptr<float>(), static_cast<int64_t>(r.first_slot.size()) * kRoles,
                     r.recipe.history, r.recipe.margin, r.cursor.data_ptr<int64_t>(),
                     current_stream());
