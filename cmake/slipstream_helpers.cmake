@@ -1,15 +1,17 @@
 # slipstream_library(NAME ALIAS SOURCES...): a static library with our
-# warnings; with SLIPSTREAM_UNITY_BUILD its C++ sources are compiled eight to a
-# translation unit, so that the Torch templates they share are instantiated
-# and optimised once a batch rather than once a file. That asks each file's
-# helpers in unnamed namespaces to have names of their own.
+# warnings; with SLIPSTREAM_UNITY_BUILD its C++ sources are compiled eight
+# (SLIPSTREAM_UNITY_BATCH) to a translation unit, so that the Torch templates
+# they share are instantiated and optimised once a batch rather than once a
+# file. That asks each file's helpers in unnamed namespaces to have names of
+# their own.
 function(slipstream_library name alias)
   add_library(${name} STATIC ${ARGN})
   add_library(${alias} ALIAS ${name})
   target_compile_options(${name} PRIVATE ${SLIPSTREAM_WARNINGS})
   set_target_properties(${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
   if(SLIPSTREAM_UNITY_BUILD)
-    set_target_properties(${name} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 8)
+    set_target_properties(${name} PROPERTIES UNITY_BUILD ON
+      UNITY_BUILD_BATCH_SIZE ${SLIPSTREAM_UNITY_BATCH})
   endif()
 endfunction()
 
