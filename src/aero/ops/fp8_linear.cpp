@@ -39,7 +39,8 @@ struct Registry {
   bool on = false;
   Recipe recipe;
   c10::Device device{c10::kCPU};
-  // (slots), (slots, history), (slots), (slots), (slots), (1) on the device.
+  // (slots), (slots, history), (slots), (slots, kInvStride), (slots), (1),
+  // on the device.
   at::Tensor amax, history, scale, scale_inv, limit, cursor;
   std::unordered_map<const void*, int64_t> first_slot;  // by the weight's TensorImpl
   std::vector<bool> scaled;                             // a slot's first scale made
