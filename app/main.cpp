@@ -8,6 +8,7 @@
 #include <torch/version.h>
 #include <CLI/CLI.hpp>
 
+#include <cstdlib>
 #include <iostream>
 #include <string>
 
@@ -66,7 +67,11 @@ int main(int argc, char** argv) {
     std::cerr << "slipstream: error: " << e.what() << "\n";
     return e.code();
   } catch (const c10::Error& e) {
-    std::cerr << "slipstream: error: " << e.what_without_backtrace() << "\n";
+    // PyTorch's switch for C++ stack traces: with it, the error says where.
+    const char* trace = std::getenv("TORCH_SHOW_CPP_STACKTRACES");
+    const bool with_trace = trace != nullptr && std::string(trace) == "1";
+    std::cerr << "slipstream: error: " << (with_trace ? e.what() : e.what_without_backtrace())
+              << "\n";
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "slipstream: error: " << e.what() << "\n";

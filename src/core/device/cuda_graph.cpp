@@ -6,11 +6,15 @@
 #ifdef SLIPSTREAM_WITH_CUDA
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
 
 #include <atomic>
+#include <map>
+#include <mutex>
 
 namespace slipstream {
 
@@ -46,7 +50,16 @@ c10::Stream CudaGraph::side_stream(c10::Device device) {
   TORCH_CHECK(supported(device), "CUDA graphs: not available on ", device.str(),
               " (they need a CUDA build and a CUDA device)");
 #ifdef SLIPSTREAM_WITH_CUDA
-  return c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
+  static std::mutex mutex;
+  static std::map<c10::DeviceIndex, cudaStream_t> streams;  // live until the process ends
+  const c10::DeviceIndex index = device.has_index() ? device.index() : c10::cuda::current_device();
+  std::lock_guard<std::mutex> lock(mutex);
+  cudaStream_t& stream = streams[index];
+  if (stream == nullptr) {
+    c10::cuda::CUDAGuard guard(index);
+    C10_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  }
+  return c10::cuda::getStreamFromExternal(stream, index);
 #else
   return c10::Stream(c10::Stream::DEFAULT, device);
 #endif

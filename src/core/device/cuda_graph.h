@@ -39,7 +39,12 @@ class CudaGraph {
   // Whether graphs can be captured on `device` (a CUDA build and device).
   static bool supported(c10::Device device);
 
-  // A stream of the pool for a graph's work on `device` (CUDA builds).
+  // The stream for a graph's work on `device` (CUDA builds): one per device
+  // for the process, created for this purpose and never one of PyTorch's
+  // pooled streams. The pool hands its 32 streams out round-robin, so a
+  // pooled stream comes back to the next caller after 32 requests: a loader
+  // worker's copies would then run on the stream being captured, and be
+  // recorded into the graph.
   static c10::Stream side_stream(c10::Device device);
 
   // Records `body`'s work on `device` (dropping any earlier graph). When a

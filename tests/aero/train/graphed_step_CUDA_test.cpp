@@ -9,6 +9,9 @@
 //     leaves no memory behind once the next one replaces it;
 //   - a graph dropped (an epoch's, or one replaced by a new shape's) gives
 //     its memory pool to the next capture rather than keeping it reserved;
+//   - the graphs' stream is the same at every request and is none of
+//     PyTorch's pooled streams, however many other users (the loader's
+//     workers, one set an epoch) take from the pool;
 //   - the trainer with training.cuda_graph trains the same steps as without
 //     (fp32: to round-off), for Transolver and GeoTransolver (bf16, the ball
 //     query inside the graph).
@@ -19,6 +22,7 @@
 #include "support/recipe_support.h"
 #include "support/test_support.h"
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -47,6 +51,20 @@ GraphedStep::Body mse_step(torch::nn::Sequential& m) {
     r.total.backward();
     return r;
   };
+}
+
+TEST(GraphedStepCudaTest, TheGraphsStreamIsNoneOfThePoolsStreams_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  const c10::Device cuda(c10::kCUDA, 0);
+  const c10::Stream graph_stream = CudaGraph::side_stream(cuda);
+  EXPECT_EQ(CudaGraph::side_stream(cuda), graph_stream);
+  // The pool's streams come round again after 32 requests: ask for more
+  // than that, as a run's loaders do over a dozen epochs.
+  const auto* impl = c10::impl::getDeviceGuardImpl(c10::kCUDA);
+  for (int i = 0; i < 100; ++i) {
+    const c10::Stream pooled = impl->getStreamFromGlobalPool(cuda, /*isHighPriority=*/i % 2 == 1);
+    ASSERT_NE(pooled, graph_stream) << "request " << i << " of the pool got the graphs' stream";
+  }
 }
 
 TEST(GraphedStepCudaTest, ReplaysTakeEachBatchAndTheUpdatedParameters_CUDA) {
