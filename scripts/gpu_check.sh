@@ -49,7 +49,8 @@
 #              AHMED_TIMEOUT s at most, then the checkpoint a SIGTERM leaves), then `infer --split val`:
 #              $OUT/ahmed_<model>.log, _val.jsonl (infer_step records) and _forces.svg
 #   ahmedvar   variants trained side by side on one GPU, then each one's val inference:
-#              AHMED_VARIANTS "label:model:arg,arg,... ..." (e.g. "tf:transolver_surface:loss.forces.weight=0.01"),
+#              AHMED_VARIANTS "label:model:arg,arg,... ..." (e.g. "tf:transolver_surface:loss.forces.weight=0.01";
+#              a list value keeps its commas: "vf:transolver_volume:precision=fp8,numerics.fp8_exclude=[a,b]"),
 #              on AHMED_SURFACE / AHMED_VOLUME as above, AHMED_EPOCHS / AHMED_STEP / AHMED_TIMEOUT as above;
 #              $OUT/ahmed_<label>.log, _val.jsonl, _forces.svg, and a line per variant in the summary
 #   data       bench-data (DATA_SIZES points per sample, default 1M,10M,50M, none: skip; 200k kept, page
@@ -394,7 +395,7 @@ stage_ahmed() {
 }
 
 stage_ahmedvar() {
-  local v label model args kind data rc=0 pids=() labels=() surface="" volume=""
+  local v label model args argv kind data rc=0 pids=() labels=() surface="" volume=""
   # Unpacked once, before any run reads them.
   [ -n "${AHMED_SURFACE:-}" ] && { surface=$(prepared_dir "$AHMED_SURFACE") || return 1; }
   [ -n "${AHMED_VOLUME:-}" ] && { volume=$(prepared_dir "$AHMED_VOLUME") || return 1; }
@@ -402,11 +403,14 @@ stage_ahmedvar() {
     IFS=: read -r label model args <<<"$v"
     case $model in *surface) kind=surface; data=$surface ;; *) kind=volume; data=$volume ;; esac
     [ -n "$data" ] || { log "ahmedvar: AHMED_${kind^^} is not set"; rc=1; continue; }
-    log "ahmedvar: $label: $model ${args//,/ }, ${AHMED_EPOCHS:-200} epochs"
+    # The args split at commas outside [...]: a list value stays one arg.
+    mapfile -t argv < <(python3 -c 'import re, sys; print("\n".join(re.findall(r"(?:[^,\[]|\[[^\]]*\])+", sys.argv[1])))' "$args")
+    [ -n "$args" ] || argv=()
+    log "ahmedvar: $label: $model ${argv[*]}, ${AHMED_EPOCHS:-200} epochs"
     timeout -s TERM "${AHMED_TIMEOUT:-300}" "$BIN" train model="$model" dataset="ahmed_$kind" \
       dataset.path="$data" training.num_epochs="${AHMED_EPOCHS:-200}" \
       scheduler.step_size="${AHMED_STEP:-50}" training.save_interval=25 run_id="ahmed_$label" \
-      ${args//,/ } >"$OUT/ahmed_$label.log" 2>&1 &
+      "${argv[@]}" >"$OUT/ahmed_$label.log" 2>&1 &
     pids+=($!); labels+=("$label")
   done
   wait "${pids[@]}"

@@ -63,6 +63,7 @@ std::pair<torch::Tensor, torch::Tensor> layer_norm_residual(const torch::nn::Lay
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return forward_plus(x, {}); }
 
 torch::Tensor MlpImpl::forward_plus(const torch::Tensor& x, const torch::Tensor& residual) {
+  const fp8::Scope scope(part);
   if (recompute_gelu && layers->size() == 3) {  // Linear, GELU, Linear: one function
     const auto& l1 = *layers[0]->as<torch::nn::Linear>();
     const auto& l2 = *layers[2]->as<torch::nn::Linear>();
@@ -90,6 +91,24 @@ void set_mlp_recompute_gelu(torch::nn::Module& root, bool on) {
   for (auto& m : root.modules(/*include_self=*/false)) {
     if (auto* mlp = m->as<Mlp>()) mlp->recompute_gelu = on;
   }
+}
+
+}  // namespace slipstream::aero
+
+namespace slipstream::aero {
+
+torch::Tensor attention_input(const torch::nn::LinearImpl& l, const torch::Tensor& x) {
+  const fp8::Scope scope(fp8::Part::kAttentionInputs);
+  return linear(l, x);
+}
+
+std::pair<torch::Tensor, torch::Tensor> attention_inputs_pair(const torch::Tensor& x,
+                                                              const torch::Tensor& w1,
+                                                              const torch::Tensor& b1,
+                                                              const torch::Tensor& w2,
+                                                              const torch::Tensor& b2) {
+  const fp8::Scope scope(fp8::Part::kAttentionInputs);
+  return linear_pair(x, w1, b1, w2, b2);
 }
 
 }  // namespace slipstream::aero

@@ -4,6 +4,8 @@
 // autocast, fused_layer_norm.h).
 #pragma once
 
+#include "aero/ops/fp8_linear.h"
+
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
@@ -35,6 +37,9 @@ class MlpImpl : public torch::nn::Module {
   // the backward too (gelu_mlp's keep_gelu), one more hidden layer of memory
   // for one pass less over it.
   bool keep_gelu = false;
+  // Which part of the model this MLP is, for precision: fp8's
+  // numerics.fp8_exclude (the input embeddings say kEmbedding).
+  fp8::Part part = fp8::Part::kBlocks;
 };
 TORCH_MODULE(Mlp);
 
@@ -45,6 +50,14 @@ void set_mlp_recompute_gelu(torch::nn::Module& root, bool on);
 // the GEMM), and a LayerNorm in bf16 under autocast when `bf16_layer_norm`
 // (fused_layer_norm.h): the two ways every model here applies them.
 torch::Tensor linear(const torch::nn::LinearImpl& l, const torch::Tensor& x);
+// linear() and linear_pair() for an attention block's input projections
+// (in_project_x, in_project_fx), marked as fp8::Part::kAttentionInputs.
+torch::Tensor attention_input(const torch::nn::LinearImpl& l, const torch::Tensor& x);
+std::pair<torch::Tensor, torch::Tensor> attention_inputs_pair(const torch::Tensor& x,
+                                                              const torch::Tensor& w1,
+                                                              const torch::Tensor& b1,
+                                                              const torch::Tensor& w2,
+                                                              const torch::Tensor& b2);
 torch::Tensor layer_norm(const torch::nn::LayerNormImpl& ln, const torch::Tensor& x,
                          bool bf16_layer_norm);
 // {layer_norm(ln, x), r} with r equal to x, for a block that adds x back

@@ -47,8 +47,8 @@ void accumulate_projected(const SliceProjection& s, const torch::nn::LinearImpl&
                           const torch::Tensor& x_in, torch::Tensor& norm, torch::Tensor& token) {
   const auto x = autocast_input(x_in);
   const int64_t b = x.size(0), n = x.size(1);
-  accumulate_slices(s, linear(in_project_x, x).view({b, n, heads, -1}),
-                    linear(in_project_fx, x).view({b, n, heads, -1}), norm, token);
+  accumulate_slices(s, attention_input(in_project_x, x).view({b, n, heads, -1}),
+                    attention_input(in_project_fx, x).view({b, n, heads, -1}), norm, token);
 }
 
 torch::Tensor tokens_of(const torch::Tensor& norm, const torch::Tensor& token, double eps) {

@@ -7,6 +7,7 @@
 #include <torch/autograd.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -52,6 +53,34 @@ Registry& registry() {
 }
 
 }  // namespace
+
+namespace {
+thread_local Part current_part = Part::kBlocks;  // the innermost Scope's
+}  // namespace
+
+std::string name_of(Part part) {
+  switch (part) {
+    case Part::kEmbedding:
+      return "embedding";
+    case Part::kAttentionInputs:
+      return "attention_inputs";
+    default:
+      return "blocks";
+  }
+}
+
+Part part_named(const std::string& name) {
+  for (const Part p : {Part::kEmbedding, Part::kAttentionInputs}) {
+    if (name == name_of(p)) return p;
+  }
+  TORCH_CHECK(false, "config: 'numerics.fp8_exclude' has '", name,
+              "'; its entries are embedding and attention_inputs");
+  return Part::kBlocks;
+}
+
+Scope::Scope(Part part) : previous_(current_part) { current_part = part; }
+
+Scope::~Scope() { current_part = previous_; }
 
 bool enabled() {
   auto& r = registry();
@@ -256,8 +285,18 @@ std::string unsupported(c10::Device device) {
   return "";
 }
 
+namespace {
+// fp8 on, and the current Scope's part not excluded by the recipe.
+bool enabled_here() {
+  auto& r = registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  return r.on && std::find(r.recipe.exclude.begin(), r.recipe.exclude.end(), current_part) ==
+                     r.recipe.exclude.end();
+}
+}  // namespace
+
 bool applies(const at::Tensor& x, const at::Tensor& weight) {
-  if (!enabled() || !x.defined() || !weight.defined()) return false;
+  if (!enabled_here() || !x.defined() || !weight.defined()) return false;
   if (!x.is_cuda() || weight.device() != x.device() || !x.is_floating_point()) return false;
   if (weight.dim() != 2 || x.dim() < 1 || x.size(-1) != weight.size(1) || x.numel() == 0) {
     return false;

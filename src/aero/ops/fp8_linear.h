@@ -29,12 +29,41 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace slipstream::aero::fp8 {
 
+// The model's parts whose Linears may stay in bf16 under fp8 (the model
+// code marks them with a Scope below): kEmbedding, the MLPs that lift the
+// inputs (coordinates, SDF, normals, freestream) to the hidden width;
+// kAttentionInputs, the projections of each block's attention inputs
+// (Transolver's and GALE's in_project_x and in_project_fx, whose output
+// makes the slice weights).
+enum class Part { kBlocks, kEmbedding, kAttentionInputs };
+
 struct Recipe {
-  int history = 16;  // numerics.fp8_amax_history: steps of amaxes a scale is made from
-  int margin = 0;    // numerics.fp8_margin: scales 2^-margin of the largest that fits
+  int history = 16;           // numerics.fp8_amax_history: steps of amaxes a scale is made from
+  int margin = 0;             // numerics.fp8_margin: scales 2^-margin of the largest that fits
+  std::vector<Part> exclude;  // numerics.fp8_exclude: these parts' Linears stay bf16
+};
+
+// The config's name of a part ("embedding", "attention_inputs") and back;
+// part_named throws naming the config key for any other name.
+std::string name_of(Part part);
+Part part_named(const std::string& name);
+
+// Marks the Linears run on this thread while it lives as `part`'s (scopes
+// nest; the innermost counts). Under a recipe that excludes the part,
+// applies() is false for them.
+class Scope {
+ public:
+  explicit Scope(Part part);
+  ~Scope();
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+ private:
+  Part previous_;
 };
 
 // Why fp8 GEMMs cannot run on `device` ("" when they can): not a GPU, a
@@ -47,7 +76,8 @@ std::string unsupported(c10::Device device);
 void configure(bool on, const Recipe& recipe);
 bool enabled();
 
-// Whether linear(x, weight, bias) below takes this product: fp8 on, x and
+// Whether linear(x, weight, bias) below takes this product: fp8 on, the
+// current Scope's part not excluded, x and
 // weight on one GPU, x floating, weight 2-D, and its widths multiples of 16,
 // as the fp8 GEMMs need (x's rows, the weight gradient's contracted
 // dimension, are padded with zero rows to a multiple of 16 in its fp8

@@ -34,11 +34,17 @@ NumericsSettings numerics_settings(const Config& c) {
     TORCH_CHECK(n.fp8_margin >= 0 && n.fp8_margin <= 16, "config: 'numerics.fp8_margin' is ",
                 n.fp8_margin, ", expected 0 to 16");
   }
+  if (c.has("numerics.fp8_exclude")) {
+    n.fp8_exclude = c.get<std::vector<std::string>>("numerics.fp8_exclude");
+    for (const auto& name : n.fp8_exclude) (void)fp8::part_named(name);
+  }
   return n;
 }
 
 void apply_numerics(const NumericsSettings& n, bool fp8) {
-  fp8::configure(fp8, {n.fp8_amax_history, n.fp8_margin});
+  fp8::Recipe recipe{n.fp8_amax_history, n.fp8_margin, {}};
+  for (const auto& name : n.fp8_exclude) recipe.exclude.push_back(fp8::part_named(name));
+  fp8::configure(fp8, recipe);
   lt_matmul::set_mode(n.gemm == "aten"        ? lt_matmul::Mode::aten
                       : n.gemm == "heuristic" ? lt_matmul::Mode::heuristic
                                               : lt_matmul::Mode::tuned);
@@ -59,7 +65,8 @@ nlohmann::json to_json(const NumericsSettings& n) {
           {"slice_weight_grad", n.slice_weight_grad},
           {"parameter_casts", n.parameter_casts},
           {"fp8_amax_history", n.fp8_amax_history},
-          {"fp8_margin", n.fp8_margin}};
+          {"fp8_margin", n.fp8_margin},
+          {"fp8_exclude", n.fp8_exclude}};
 }
 
 }  // namespace slipstream::aero

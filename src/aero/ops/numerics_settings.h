@@ -17,6 +17,8 @@
 //   fp8_amax_history, fp8_margin — under precision: fp8, the steps of amaxes
 //     each scale is made from (1 to 1024) and its margin (scales 2^-margin
 //     of the largest that fits, 0 to 16) (fp8_linear.h).
+//   fp8_exclude — under precision: fp8, the model parts whose Linears stay
+//     bf16: a list of embedding, attention_inputs (fp8::Part).
 // CPU runs read and record them too; there they change nothing.
 #pragma once
 
@@ -25,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <vector>
 
 namespace slipstream::aero {
 
@@ -36,6 +39,7 @@ struct NumericsSettings {
   std::string parameter_casts = "once";
   int fp8_amax_history = 16;
   int fp8_margin = 0;
+  std::vector<std::string> fp8_exclude;
 };
 
 // The block of `c`, each value checked (an unknown one fails naming the key

@@ -117,7 +117,8 @@ TEST(ConfigTest, TheNumericsBlockIsCheckedAndRecorded) {
                             {"slice_weight_grad", "gemm"},
                             {"parameter_casts", "once"},
                             {"fp8_amax_history", 16},
-                            {"fp8_margin", 0}}));
+                            {"fp8_margin", 0},
+                            {"fp8_exclude", nlohmann::json::array({"embedding"})}}));
   for (const auto& [key, choices] : std::vector<std::pair<std::string, std::string>>{
            {"numerics.gemm", "tuned, heuristic, aten"},
            {"numerics.slice_kernels", "auto, mma"},
@@ -135,6 +136,14 @@ TEST(ConfigTest, TheNumericsBlockIsCheckedAndRecorded) {
   EXPECT_NE(
       error_of({"numerics.fp8_margin=-1"}).find("'numerics.fp8_margin' is -1, expected 0 to 16"),
       std::string::npos);
+  EXPECT_NE(error_of({"numerics.fp8_exclude=[embedding,head]"})
+                .find("'numerics.fp8_exclude' has 'head'; its entries are embedding and "
+                      "attention_inputs"),
+            std::string::npos);
+  EXPECT_EQ(to_json(numerics_settings(
+                        Config::load(kDir, {"numerics.fp8_exclude=[attention_inputs,embedding]"})))
+                .at("fp8_exclude"),
+            (nlohmann::json{"attention_inputs", "embedding"}));
   EXPECT_NE(error_of({"precision=fp16"}).find("auto, fp32, bf16, fp8"), std::string::npos);
   const auto c = Config::load(kDir, {"numerics.slice_kernels=mma", "numerics.gemm=aten"});
   EXPECT_EQ(c.flat().at("numerics.slice_kernels"), "mma");

@@ -2,7 +2,8 @@
 // CUDA or on a GPU without fp8 tensor cores): the fp8 Linear's output and
 // gradients against the fp32 product, beside the bf16 path's; the amaxes
 // it records and the scales delayed scaling makes of them; an overflowing
-// step leaving the scales alone; which products it takes; and the whole
+// step leaving the scales alone; which products it takes, and which parts
+// of a model numerics.fp8_exclude keeps in bf16; and the whole
 // Transolver in fp8 against fp32, beside bf16.
 #include "aero/model/transolver/transolver.h"
 #include "aero/ops/fp8_linear.h"
@@ -122,7 +123,7 @@ TEST(Fp8LinearCudaTest, OutputAndGradientsNearFp32_CUDA) {
 // amax is not finite is entered as 0 and leaves the scales as they were.
 TEST(Fp8LinearCudaTest, ScalesFollowTheAmaxHistory_CUDA) {
   SKIP_WITHOUT_FP8();
-  const fp8::Recipe recipe{3, 1};
+  const fp8::Recipe recipe{3, 1, {}};
   Fp8On on(recipe);
   const auto cuda = torch::TensorOptions().device(torch::kCUDA);
   torch::manual_seed(3);
@@ -218,6 +219,55 @@ TEST(Fp8LinearCudaTest, TakesProductsOfWidthsAndRowsMultiplesOf16_CUDA) {
   EXPECT_TRUE(fp8::state_of(w).amax.defined()) << "linear.h routed the product to fp8";
   const auto no_bias = linear(x, w, torch::Tensor());
   EXPECT_EQ(no_bias.scalar_type(), torch::kBFloat16);
+}
+
+// numerics.fp8_exclude: a Linear inside a Scope of an excluded part runs
+// the bf16 product (no fp8 state, the bf16 result exactly), one of another
+// part runs in fp8; the Transolver's embedding MLP and attention inputs
+// say which part they are.
+TEST(Fp8LinearCudaTest, ExcludedPartsStayBf16_CUDA) {
+  SKIP_WITHOUT_FP8();
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  const auto x = torch::randn({2, 64, 32}, cuda).to(torch::kBFloat16);
+  const auto w = torch::randn({48, 32}, cuda), b = torch::zeros({48}, cuda);
+  AutocastGuard autocast(torch::kCUDA, true);  // the bf16 path casts w as under precision: bf16
+  const auto bf16 = linear(x, w, b);
+  Fp8On on({16, 0, {fp8::Part::kEmbedding}});
+  {
+    const fp8::Scope embedding(fp8::Part::kEmbedding);
+    EXPECT_FALSE(fp8::applies(x, w));
+    EXPECT_TRUE(torch::equal(linear(x, w, b), bf16));
+    {
+      const fp8::Scope inner(fp8::Part::kAttentionInputs);  // the innermost counts
+      EXPECT_TRUE(fp8::applies(x, w));
+    }
+    EXPECT_FALSE(fp8::applies(x, w));
+  }
+  EXPECT_FALSE(fp8::state_of(w).amax.defined());
+  EXPECT_TRUE(fp8::applies(x, w));
+  EXPECT_FALSE(torch::equal(linear(x, w, b), bf16));
+  EXPECT_TRUE(fp8::state_of(w).amax.defined());
+
+  TransolverOptions o;
+  o.n_layers = 1;
+  o.n_hidden = 64;
+  o.n_head = 4;
+  o.slice_num = 32;
+  o.functional_dim = 3;
+  o.embedding_dim = 13;  // 16 inputs: the embedding's first Linear could run in fp8
+  o.out_dim = 16;
+  for (const auto& excluded : {fp8::Part::kEmbedding, fp8::Part::kAttentionInputs}) {
+    Fp8On only({16, 0, {excluded}});
+    Transolver m(o);
+    m->to(torch::kCUDA);
+    (void)m->forward(torch::randn({1, 256, 13}, cuda), torch::randn({1, 256, 3}, cuda));
+    const auto& pre = *m->preprocess->layers[0]->as<torch::nn::Linear>();
+    const auto& attn = *m->blocks[0]->as<TransolverBlock>()->Attn;
+    EXPECT_EQ(fp8::state_of(pre.weight).amax.defined(), excluded != fp8::Part::kEmbedding);
+    EXPECT_EQ(fp8::state_of(attn.in_project_x->weight).amax.defined(),
+              excluded != fp8::Part::kAttentionInputs);
+    EXPECT_TRUE(fp8::state_of(attn.out_linear->weight).amax.defined());
+  }
 }
 
 struct ModelResult {

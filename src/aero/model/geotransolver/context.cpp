@@ -38,8 +38,8 @@ bool ContextProjectorImpl::uses_fused(const torch::Tensor& x) const {
 torch::Tensor ContextProjectorImpl::forward(const torch::Tensor& x_in) {
   const auto x = autocast_input(x_in);
   const int64_t b = x.size(0), n = x.size(1);
-  const auto x_mid = linear(*in_project_x, x).view({b, n, heads, dim_head});
-  const auto fx_mid = linear(*in_project_fx, x).view({b, n, heads, dim_head});
+  const auto x_mid = attention_input(*in_project_x, x).view({b, n, heads, dim_head});
+  const auto fx_mid = attention_input(*in_project_fx, x).view({b, n, heads, dim_head});
   if (domain_group == nullptr && uses_fused(x)) {
     return fused_slice_tokens(
         x_mid, fx_mid,
@@ -51,6 +51,7 @@ torch::Tensor ContextProjectorImpl::forward(const torch::Tensor& x_in) {
 GeometricFeatureProcessorImpl::GeometricFeatureProcessorImpl(int64_t neighbors, int64_t hidden) {
   mlp =
       register_module("mlp", Mlp(3 * neighbors, std::vector<int64_t>{hidden, hidden / 2}, hidden));
+  mlp->part = fp8::Part::kEmbedding;
 }
 
 torch::Tensor GeometricFeatureProcessorImpl::forward(const torch::Tensor& neighbor_points) {

@@ -105,8 +105,8 @@ torch::Tensor GaleAttentionImpl::forward(const torch::Tensor& x_in, const torch:
   const auto x = autocast_input(x_in);
   if (domain_group == nullptr && uses_fused(x)) return forward_fused(x, context, residual);
   const int64_t b = x.size(0), n = x.size(1);
-  const auto [xm, fxm] = linear_pair(x, in_project_x->weight, in_project_x->bias,
-                                     in_project_fx->weight, in_project_fx->bias);
+  const auto [xm, fxm] = attention_inputs_pair(x, in_project_x->weight, in_project_x->bias,
+                                               in_project_fx->weight, in_project_fx->bias);
   const auto x_mid = xm.view({b, n, heads, dim_head});
   const auto fx_mid = fxm.view({b, n, heads, dim_head});
   const auto [w, tokens] = slice(projection(), x_mid, fx_mid, domain_group);
@@ -127,7 +127,7 @@ torch::Tensor GaleAttentionImpl::slice_outputs(const torch::Tensor& norm,
 torch::Tensor GaleAttentionImpl::apply(const torch::Tensor& x_in, const torch::Tensor& mixed) {
   const auto x = autocast_input(x_in);
   const int64_t b = x.size(0), n = x.size(1);
-  const auto x_mid = linear(*in_project_x, x).view({b, n, heads, dim_head});
+  const auto x_mid = attention_input(*in_project_x, x).view({b, n, heads, dim_head});
   return deslice(slice_weights(projection(), x_mid), mixed);
 }
 
@@ -158,7 +158,7 @@ torch::Tensor GaleAttentionImpl::forward_fused(const torch::Tensor& x, const tor
   const int64_t dp = slice_ops::kernel_dim(d);
   const auto [wx, bx] = pad_head_rows(*in_project_x, heads, d, dp);
   const auto [wf, bf] = pad_head_rows(*in_project_fx, heads, d, dp);
-  const auto [xm, fxm] = linear_pair(x, wx, bx, wf, bf);
+  const auto [xm, fxm] = attention_inputs_pair(x, wx, bx, wf, bf);
   const auto x_mid = xm.view({b, n, heads, dp});
   const auto fx_mid = fxm.view({b, n, heads, dp});
   // The leaves of the mix, in order: Wqkv, then with a context the cross

@@ -25,6 +25,7 @@ GeoTransolverImpl::GeoTransolverImpl(GeoTransolverOptions o) : options_(std::mov
   context_builder = register_module("context_builder", GlobalContextBuilder(op));
   preprocess = register_module("preprocess", torch::nn::ModuleList());
   preprocess->push_back(Mlp(op.functional_dim, 2 * op.n_hidden, op.n_hidden));
+  preprocess[0]->as<Mlp>()->part = fp8::Part::kEmbedding;
   const bool local = op.include_local_features && op.geometry_dim > 0;
   const int64_t width =
       op.n_hidden + (local ? op.n_hidden_local * static_cast<int64_t>(op.radii.size()) : 0);

@@ -47,8 +47,8 @@ torch::Tensor PhysicsAttentionImpl::forward(const torch::Tensor& x_in,
   const int64_t b = x_in.size(0), n = x_in.size(1);
   // Both input projections read x: cast it once under autocast.
   const auto x = autocast_input(x_in);
-  auto [xm, fxm] = linear_pair(x, in_project_x->weight, in_project_x->bias, in_project_fx->weight,
-                               in_project_fx->bias);
+  auto [xm, fxm] = attention_inputs_pair(x, in_project_x->weight, in_project_x->bias,
+                                         in_project_fx->weight, in_project_fx->bias);
   auto x_mid = xm.view({b, n, heads, dim_head});
   auto fx_mid = fxm.view({b, n, heads, dim_head});
   torch::Tensor out;
@@ -78,7 +78,7 @@ torch::Tensor PhysicsAttentionImpl::apply(const torch::Tensor& x_in,
                                           const torch::Tensor& out_slice) {
   const int64_t b = x_in.size(0), n = x_in.size(1);
   const auto x = autocast_input(x_in);
-  const auto x_mid = linear(*in_project_x, x).view({b, n, heads, dim_head});
+  const auto x_mid = attention_input(*in_project_x, x).view({b, n, heads, dim_head});
   const auto w = slice_weights(x_mid);
   const auto out = deslice(w, out_slice.to(w.scalar_type()));
   return linear(*out_linear, out.reshape({b, n, heads * dim_head}));
@@ -158,6 +158,7 @@ TransolverImpl::TransolverImpl(TransolverOptions o) : options_(o) {
   TORCH_CHECK(o.n_layers >= 1, "model: n_layers must be >= 1, got ", o.n_layers);
   preprocess = register_module("preprocess",
                                Mlp(o.functional_dim + o.embedding_dim, 2 * o.n_hidden, o.n_hidden));
+  preprocess->part = fp8::Part::kEmbedding;
   blocks = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < o.n_layers; ++i) {
     blocks->push_back(TransolverBlock(o, i == o.n_layers - 1));
