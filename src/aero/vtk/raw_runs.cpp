@@ -12,6 +12,7 @@
 #include "core/io/progress.h"
 #include "core/io/safetensors.h"
 #include "core/io/staged_directory.h"
+#include "core/process/pipeline.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
@@ -336,35 +337,51 @@ int64_t stream_raw_run(const std::string& run_dir, const std::string& out_path,
   std::map<std::string, std::unique_ptr<VtuStream::Cursor>> cursors;
   cursors["points"] = vtu.cursor("points");
   for (const auto& f : targets.fields()) cursors[f.name] = vtu.cursor(fields.at(f.name));
-  int64_t next_kept = 0;
-  for (int64_t first = 0; first < n; first += block_rows) {
-    const int64_t count = std::min(block_rows, n - first);
-    std::map<std::string, torch::Tensor> block;
-    for (auto& [name, cursor] : cursors) block[name] = cursor->next(count);
+  // Reading block k + 1, the SDF of block k (on every core) and writing
+  // block k - 1 overlap; each stage takes the blocks in order.
+  struct Block {
+    int64_t first = 0;
     torch::Tensor local;  // the kept rows that fall in this block; undefined: all
-    if (kept.defined()) {
-      const int64_t end = std::upper_bound(kept.data_ptr<int64_t>() + next_kept,
-                                           kept.data_ptr<int64_t>() + rows, first + count - 1) -
-                          kept.data_ptr<int64_t>();
-      local = kept.narrow(0, next_kept, end - next_kept) - first;
-      next_kept = end;
-      for (auto& [name, t] : block) t = t.index_select(0, local);
-    }
-    torch::Tensor d, normals;
-    sdf.query(block["points"], d, normals);
-    for (const auto& [name, t] : {std::pair{"sdf", d}, std::pair{"sdf_normals", normals}}) {
-      const auto finite = torch::isfinite(t).all(1);
-      if (finite.all().item<bool>()) continue;
-      const int64_t bad = torch::nonzero(~finite)[0][0].item<int64_t>();
-      TORCH_CHECK(false, "prepare: '", what, "': the ", name, " of point ",
-                  first + (local.defined() ? local[bad].item<int64_t>() : bad),
-                  " is not finite (a degenerate STL?)");
-    }
-    block["sdf"] = d;
-    block["sdf_normals"] = normals;
-    writer.append(block);
-    if (progress) progress(static_cast<double>(first + count) / static_cast<double>(n));
-  }
+    std::map<std::string, torch::Tensor> fields;
+  };
+  int64_t next_kept = 0;
+  run_pipeline<Block>(
+      (n + block_rows - 1) / block_rows, 2,
+      [&](int64_t k) {
+        Block b;
+        b.first = k * block_rows;
+        const int64_t count = std::min(block_rows, n - b.first);
+        for (auto& [name, cursor] : cursors) b.fields[name] = cursor->next(count);
+        if (kept.defined()) {
+          const int64_t end =
+              std::upper_bound(kept.data_ptr<int64_t>() + next_kept,
+                               kept.data_ptr<int64_t>() + rows, b.first + count - 1) -
+              kept.data_ptr<int64_t>();
+          b.local = kept.narrow(0, next_kept, end - next_kept) - b.first;
+          next_kept = end;
+          for (auto& [name, t] : b.fields) t = t.index_select(0, b.local);
+        }
+        return b;
+      },
+      [&](int64_t, Block& b) {
+        torch::Tensor d, normals;
+        sdf.query(b.fields.at("points"), d, normals);
+        for (const auto& [name, t] : {std::pair{"sdf", d}, std::pair{"sdf_normals", normals}}) {
+          const auto finite = torch::isfinite(t).all(1);
+          if (finite.all().item<bool>()) continue;
+          const int64_t bad = torch::nonzero(~finite)[0][0].item<int64_t>();
+          TORCH_CHECK(false, "prepare: '", what, "': the ", name, " of point ",
+                      b.first + (b.local.defined() ? b.local[bad].item<int64_t>() : bad),
+                      " is not finite (a degenerate STL?)");
+        }
+        b.fields["sdf"] = d;
+        b.fields["sdf_normals"] = normals;
+      },
+      [&](int64_t, Block& b) {
+        writer.append(b.fields);
+        const int64_t done = std::min(b.first + block_rows, n);
+        if (progress) progress(static_cast<double>(done) / static_cast<double>(n));
+      });
   writer.commit(run_dir, globals.global_data);
   return rows;
 }
