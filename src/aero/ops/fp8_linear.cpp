@@ -8,6 +8,7 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -37,7 +38,9 @@ constexpr int64_t kInvStride = 4;
 
 struct Registry {
   std::mutex mutex;
-  bool on = false;
+  // Written under the mutex; read without it by enabled(), so that every
+  // Linear of a run without fp8 asks for no lock.
+  std::atomic<bool> on{false};
   Recipe recipe;
   c10::Device device{c10::kCPU};
   // (slots), (slots, history), (slots), (slots, kInvStride), (slots), (1),
@@ -52,10 +55,8 @@ Registry& registry() {
   return r;
 }
 
-}  // namespace
-
-namespace {
 thread_local Part current_part = Part::kBlocks;  // the innermost Scope's
+
 }  // namespace
 
 std::string name_of(Part part) {
@@ -82,11 +83,7 @@ Scope::Scope(Part part) : previous_(current_part) { current_part = part; }
 
 Scope::~Scope() { current_part = previous_; }
 
-bool enabled() {
-  auto& r = registry();
-  const std::lock_guard<std::mutex> lock(r.mutex);
-  return r.on;
-}
+bool enabled() { return registry().on.load(std::memory_order_relaxed); }
 
 void configure(bool on, const Recipe& recipe) {
   TORCH_CHECK(recipe.history >= 1 && recipe.history <= 1024,
@@ -288,6 +285,7 @@ std::string unsupported(c10::Device device) {
 namespace {
 // fp8 on, and the current Scope's part not excluded by the recipe.
 bool enabled_here() {
+  if (!enabled()) return false;
   auto& r = registry();
   const std::lock_guard<std::mutex> lock(r.mutex);
   return r.on && std::find(r.recipe.exclude.begin(), r.recipe.exclude.end(), current_part) ==
