@@ -43,6 +43,9 @@
 #              AB_POINTS, AB_OPTIMIZER) on this tree and on the base tree AB_BASE (built by `base`,
 #              or here), AB_ROUNDS rounds taken in turn so that drift hits them alike; AB_VARIANTS:
 #              this binary again with each override (or, for NAME=value in capitals, environment variable)
+#   table      one bench per model x optimizer x precision (TABLE_MODELS, default the four volume and
+#              surface configs; TABLE_OPTIMIZERS "adamw muon"; TABLE_PRECISIONS "bf16 fp8"; TABLE_POINTS
+#              200000; TABLE_STEPS 10 after TABLE_WARMUP 4): a markdown row of ms/step and peak GiB each
 #   ahmed      the full configs (AHMED_MODELS, default both surface ones) trained on prepared
 #              Ahmed samples (AHMED_SURFACE, AHMED_VOLUME: `prepare --splits configs/splits/ahmed.json`
 #              output, or a .tar.xz of it) for AHMED_EPOCHS epochs (scheduler.step_size AHMED_STEP;
@@ -268,6 +271,32 @@ stage_ab() {
       done
     done
   done
+}
+
+stage_table() {
+  local points=${TABLE_POINTS:-200000} model opt prec data line rc=0 fields
+  log "table: $points points, ${TABLE_STEPS:-10} steps after ${TABLE_WARMUP:-4}, one bench each"
+  echo "| model | optimizer | precision | ms/step | peak GiB |" | tee -a "$OUT/summary.txt"
+  echo "| --- | --- | --- | --- | --- |" | tee -a "$OUT/summary.txt"
+  for model in ${TABLE_MODELS:-transolver_volume geotransolver_volume transolver_surface geotransolver_surface}; do
+    case $model in *surface) data=synthetic_surface ;; *) data=synthetic_volume ;; esac
+    for opt in ${TABLE_OPTIMIZERS:-adamw muon}; do
+      for prec in ${TABLE_PRECISIONS:-bf16 fp8}; do
+        # bench's "async" row: mean, min and max ms/step, then peak GiB.
+        line=$("$BIN" bench --rounds 1 --steps "${TABLE_STEPS:-10}" --warmup "${TABLE_WARMUP:-4}" \
+          --policies async model="$model" dataset="$data" optimizer.name="$opt" precision="$prec" \
+          dataset.points_per_sample=$((points + points / 20)) dataset.sampling_resolution="$points" \
+          run_id="table-$model-$opt-$prec" 2>"$OUT/table-$model-$opt-$prec.err" | grep -E '^async' | tail -1)
+        read -ra fields <<<"$line"
+        if [ "${#fields[@]}" -lt 5 ]; then
+          rc=1; fields=(async failed - - -)
+          tail -3 "$OUT/table-$model-$opt-$prec.err" >>"$OUT/summary.txt"
+        fi
+        echo "| $model | $opt | $prec | ${fields[1]} | ${fields[4]} |" | tee -a "$OUT/summary.txt"
+      done
+    done
+  done
+  return $rc
 }
 
 stage_surface() {
