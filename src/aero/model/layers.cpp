@@ -93,10 +93,6 @@ void set_mlp_recompute_gelu(torch::nn::Module& root, bool on) {
   }
 }
 
-}  // namespace slipstream::aero
-
-namespace slipstream::aero {
-
 torch::Tensor attention_input(const torch::nn::LinearImpl& l, const torch::Tensor& x) {
   const fp8::Scope scope(fp8::Part::kAttentionInputs);
   return linear(l, x);

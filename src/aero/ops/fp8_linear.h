@@ -77,11 +77,11 @@ void configure(bool on, const Recipe& recipe);
 bool enabled();
 
 // Whether linear(x, weight, bias) below takes this product: fp8 on, the
-// current Scope's part not excluded, x and
-// weight on one GPU, x floating, weight 2-D, and its widths multiples of 16,
-// as the fp8 GEMMs need (x's rows, the weight gradient's contracted
-// dimension, are padded with zero rows to a multiple of 16 in its fp8
-// copies). Otherwise the caller's bf16 path runs.
+// current Scope's part not excluded, x and weight on one GPU, x floating,
+// weight 2-D, and its widths multiples of 16, as the fp8 GEMMs need (x's
+// rows, the weight gradient's contracted dimension, are padded with zero
+// rows to a multiple of 16 in its fp8 copies). Otherwise the caller's bf16
+// path runs.
 bool applies(const at::Tensor& x, const at::Tensor& weight);
 
 // x (..., in) weight^T (out, in) + bias (out, or undefined): (..., out)
