@@ -6,6 +6,8 @@
 
 #include "aero/kernels/common/launch.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 
 namespace slipstream::aero::fp8_kernels {
@@ -61,6 +63,139 @@ __global__ void __launch_bounds__(kTile* kRowsPerPass)
   }
 }
 
+// The same cast, vectorised, for the common case (cols a multiple of 8,
+// every pointer 16-byte aligned): a 64 x 64 tile at a time, each thread
+// loading 8 values (16 bytes of bf16) along a row and storing their 8 fp8
+// bytes at once; the transposed copy written 16 bytes (16 rows) a thread
+// from the tile in shared memory. Blocks stride over the tiles, so that the
+// amax takes one atomic a block.
+constexpr int kVecTile = 64;
+constexpr int kVecThreads = 256;
+constexpr int kVecPad = 8;  // a tile row is 72 bytes: 8-byte aligned
+
+template <__nv_fp8_interpretation_t kFormat>
+__device__ __forceinline__ uint16_t pair_to_fp8(float a, float b, float s) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(a * s, b * s), __NV_SATFINITE, kFormat);
+}
+
+__device__ __forceinline__ float bounded_max(float m, float v) {
+  return isfinite(v) ? fmaxf(m, fabsf(v)) : INFINITY;
+}
+
+template <__nv_fp8_interpretation_t kFormat, bool kFp32>
+__global__ void __launch_bounds__(kVecThreads)
+    quantize_vec_kernel(const void* __restrict__ in, int64_t rows, int64_t rows_out, int64_t cols,
+                        int64_t tile_cols, int64_t tiles, const float* __restrict__ scale,
+                        uint8_t* __restrict__ out, uint8_t* __restrict__ out_t,
+                        float* __restrict__ amax) {
+  __shared__ __align__(16) uint8_t tile[kVecTile][kVecTile + kVecPad];
+  __shared__ float warp_max[kVecThreads / 32];
+  const int tid = threadIdx.x;
+  const float s = scale[0];
+  float m = 0.f;
+  // Load phase: 8 threads a row (8 columns each), 32 rows a pass.
+  const int lc = (tid % 8) * 8, lr0 = tid / 8;
+  // Transposed phase: a tile column a thread, 16 rows (4 groups of 16).
+  const int tc = tid % kVecTile, tr = (tid / kVecTile) * 16;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int64_t row0 = (t / tile_cols) * kVecTile, col0 = (t % tile_cols) * kVecTile;
+    const int64_t c = col0 + lc;
+#pragma unroll
+    for (int pass = 0; pass < kVecTile / 32; ++pass) {
+      const int lr = lr0 + pass * 32;
+      const int64_t r = row0 + lr;
+      uint2 packed = make_uint2(0u, 0u);  // fp8 zeros, also in the padding rows
+      if (c < cols && r < rows) {
+        float v[8];
+        if constexpr (kFp32) {
+          const auto* p =
+              reinterpret_cast<const float4*>(static_cast<const float*>(in) + r * cols + c);
+          const float4 a = p[0], b = p[1];
+          v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z,
+          v[7] = b.w;
+        } else {
+          const uint4 raw =
+              *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(in) + r * cols + c);
+          const auto* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const float2 f = __bfloat1622float2(h[k]);
+            v[2 * k] = f.x;
+            v[2 * k + 1] = f.y;
+          }
+        }
+#pragma unroll
+        for (int k = 0; k < 8; ++k) m = bounded_max(m, v[k]);
+        packed.x = static_cast<uint32_t>(pair_to_fp8<kFormat>(v[0], v[1], s)) |
+                   (static_cast<uint32_t>(pair_to_fp8<kFormat>(v[2], v[3], s)) << 16);
+        packed.y = static_cast<uint32_t>(pair_to_fp8<kFormat>(v[4], v[5], s)) |
+                   (static_cast<uint32_t>(pair_to_fp8<kFormat>(v[6], v[7], s)) << 16);
+      }
+      if (out != nullptr && c < cols && r < rows_out) {
+        *reinterpret_cast<uint2*>(out + r * cols + c) = packed;
+      }
+      *reinterpret_cast<uint2*>(&tile[lr][lc]) = packed;
+    }
+    if (out_t != nullptr) {
+      __syncthreads();
+      const int64_t oc = col0 + tc, orow = row0 + tr;
+      // rows_out is a multiple of 16: a group of 16 rows is wholly in or out.
+      if (oc < cols && orow < rows_out) {
+        uint32_t w[4];
+#pragma unroll
+        for (int g = 0; g < 4; ++g) {
+          w[g] = static_cast<uint32_t>(tile[tr + 4 * g][tc]) |
+                 (static_cast<uint32_t>(tile[tr + 4 * g + 1][tc]) << 8) |
+                 (static_cast<uint32_t>(tile[tr + 4 * g + 2][tc]) << 16) |
+                 (static_cast<uint32_t>(tile[tr + 4 * g + 3][tc]) << 24);
+        }
+        *reinterpret_cast<uint4*>(out_t + oc * rows_out + orow) =
+            make_uint4(w[0], w[1], w[2], w[3]);
+      }
+    }
+    __syncthreads();  // the tile is rewritten by the next one
+  }
+  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (tid % 32 == 0) warp_max[tid / 32] = m;
+  __syncthreads();
+  if (tid == 0) {
+    float b = 0.f;
+    for (int w = 0; w < kVecThreads / 32; ++w) b = fmaxf(b, warp_max[w]);
+    if (b > 0.f) atomicMax(reinterpret_cast<int*>(amax), __float_as_int(b));
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <__nv_fp8_interpretation_t kFormat>
+void launch_quantize(const void* in, bool in_fp32, int64_t rows, int64_t rows_out, int64_t cols,
+                     const float* scale, uint8_t* out, uint8_t* out_t, float* amax,
+                     cudaStream_t st) {
+  if (out == nullptr) out_t = nullptr;  // neither is written
+  const bool vec = cols % 8 == 0 && aligned16(in) && (out == nullptr || aligned16(out)) &&
+                   (out_t == nullptr || aligned16(out_t)) && rows_out % 16 == 0;
+  if (vec) {
+    const int64_t tile_rows = (rows_out + kVecTile - 1) / kVecTile;
+    const int64_t tile_cols = (cols + kVecTile - 1) / kVecTile;
+    const int64_t tiles = tile_rows * tile_cols;
+    const auto grid = static_cast<unsigned>(
+        std::min<int64_t>(tiles, static_cast<int64_t>(kernels::sm_count()) * 8));
+    if (in_fp32) {
+      quantize_vec_kernel<kFormat, true><<<grid, kVecThreads, 0, st>>>(
+          in, rows, rows_out, cols, tile_cols, tiles, scale, out, out_t, amax);
+    } else {
+      quantize_vec_kernel<kFormat, false><<<grid, kVecThreads, 0, st>>>(
+          in, rows, rows_out, cols, tile_cols, tiles, scale, out, out_t, amax);
+    }
+    return;
+  }
+  const dim3 grid(static_cast<unsigned>((rows_out + kTile - 1) / kTile),
+                  static_cast<unsigned>((cols + kTile - 1) / kTile));
+  const dim3 block(kTile, kRowsPerPass);
+  quantize_kernel<kFormat>
+      <<<grid, block, 0, st>>>(in, in_fp32, rows, rows_out, cols, scale, out, out_t, amax);
+}
+
 __global__ void update_scales_kernel(float* amax, float* history, float* scale, float* scale_inv,
                                      int64_t inv_stride, const float* limit, int64_t count,
                                      int history_len, float divisor, int64_t* cursor) {
@@ -102,16 +237,11 @@ void quantize(const void* in, bool in_fp32, int64_t rows, int64_t rows_out, int6
               void* stream) {
   if (rows_out < rows) throw std::invalid_argument("fp8 quantize: rows_out below rows");
   if (rows_out <= 0 || cols <= 0) return;
-  const dim3 grid(static_cast<unsigned>((rows_out + kTile - 1) / kTile),
-                  static_cast<unsigned>((cols + kTile - 1) / kTile));
-  const dim3 block(kTile, kRowsPerPass);
   auto* st = static_cast<cudaStream_t>(stream);
   if (format == Format::kE4M3) {
-    quantize_kernel<__NV_E4M3>
-        <<<grid, block, 0, st>>>(in, in_fp32, rows, rows_out, cols, scale, out, out_t, amax);
+    launch_quantize<__NV_E4M3>(in, in_fp32, rows, rows_out, cols, scale, out, out_t, amax, st);
   } else {
-    quantize_kernel<__NV_E5M2>
-        <<<grid, block, 0, st>>>(in, in_fp32, rows, rows_out, cols, scale, out, out_t, amax);
+    launch_quantize<__NV_E5M2>(in, in_fp32, rows, rows_out, cols, scale, out, out_t, amax, st);
   }
   kernels::check_launch("fp8", "quantize_kernel");
 }

@@ -4,11 +4,21 @@
 // it records and the scales delayed scaling makes of them; an overflowing
 // step leaving the scales alone; which products it takes, and which parts
 // of a model numerics.fp8_exclude keeps in bf16; and the whole
-// Transolver in fp8 against fp32, beside bf16.
+// Transolver in fp8 against fp32, beside bf16; the cast kernel byte for
+// byte against PyTorch's own cast.
 #include "aero/model/transolver/transolver.h"
 #include "aero/ops/fp8_linear.h"
 #include "aero/ops/linear.h"
 #include "core/device/device.h"
+
+#include <torch/version.h>
+#if defined(SLIPSTREAM_WITH_CUDA) && \
+    (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1))
+#define SLIPSTREAM_TEST_FP8_KERNELS 1
+#include <ATen/cuda/CUDAContext.h>
+
+#include "aero/kernels/fp8_kernels.h"
+#endif
 
 #include "support/cuda_skip.h"
 #include "support/test_support.h"
@@ -333,6 +343,67 @@ TEST(Fp8LinearCudaTest, TransolverInFp8NearFp32_CUDA) {
     }
   }
   std::printf("largest fp8 gradient error: %s %.2e\n", worst_name.c_str(), worst);
+}
+
+// The cast kernel against PyTorch's own cast of (x * scale) clamped to the
+// format's range, byte for byte: row-major and transposed copies, the
+// padding rows zero, the amax. Shapes take both paths: the vectorised one
+// (columns a multiple of 8, aligned pointers; tiles cut by the edges) and
+// the plain one (a misaligned input, 20 columns).
+TEST(Fp8LinearCudaTest, TheCastMatchesTorchsCastByteForByte_CUDA) {
+  SKIP_WITHOUT_FP8();
+#ifndef SLIPSTREAM_TEST_FP8_KERNELS
+  GTEST_SKIP() << "built without the fp8 kernels";
+#else
+  namespace fk = fp8_kernels;
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  struct Case {
+    int64_t rows, cols;
+    bool misaligned;
+  };
+  torch::manual_seed(11);
+  for (const auto format : {fk::Format::kE4M3, fk::Format::kE5M2}) {
+    for (const auto dtype : {torch::kBFloat16, torch::kFloat}) {
+      for (const Case c : {Case{1000, 48, false}, Case{333, 256, false}, Case{64, 24, false},
+                           Case{4099, 1024, false}, Case{77, 32, true}, Case{50, 20, false}}) {
+        const int64_t rows_out = (c.rows + 15) / 16 * 16;
+        const auto label = "format " + std::to_string(static_cast<int>(format)) + " dtype " +
+                           std::string(c10::toString(dtype)) + " " + std::to_string(c.rows) + "x" +
+                           std::to_string(c.cols) + (c.misaligned ? " misaligned" : "");
+        // Spread over many binades, a few beyond the range after scaling.
+        auto x = (torch::randn({c.rows, c.cols}, cuda) *
+                  torch::exp(torch::randn({c.rows, c.cols}, cuda) * 3))
+                     .to(dtype);
+        if (c.misaligned) {
+          auto buffer = torch::empty({c.rows * c.cols + 1}, cuda.dtype(dtype));
+          buffer.narrow(0, 1, c.rows * c.cols).copy_(x.flatten());
+          x = buffer.narrow(0, 1, c.rows * c.cols).view({c.rows, c.cols});
+        }
+        const float amax_ref = x.abs().max().to(torch::kFloat).item<float>();
+        const float limit = fk::max_finite(format);
+        const auto scale =
+            torch::full({1}, 0.5f * limit / amax_ref * 64.f, cuda.dtype(torch::kFloat));
+        const auto fp8_dtype =
+            format == fk::Format::kE4M3 ? torch::kFloat8_e4m3fn : torch::kFloat8_e5m2;
+        auto ref = torch::zeros({rows_out, c.cols}, cuda.dtype(fp8_dtype));
+        ref.narrow(0, 0, c.rows)
+            .copy_((x.to(torch::kFloat) * scale).clamp(-limit, limit).to(fp8_dtype));
+        auto q = torch::full({rows_out, c.cols}, 7, cuda.dtype(torch::kUInt8));
+        auto q_t = torch::full({c.cols, rows_out}, 7, cuda.dtype(torch::kUInt8));
+        auto amax = torch::zeros({1}, cuda.dtype(torch::kFloat));
+        fk::quantize(x.data_ptr(), dtype == torch::kFloat, c.rows, rows_out, c.cols,
+                     scale.data_ptr<float>(), format, q.data_ptr<uint8_t>(),
+                     q_t.data_ptr<uint8_t>(), amax.data_ptr<float>(),
+                     at::cuda::getCurrentCUDAStream().stream());
+        const auto ref_bytes = ref.view(torch::kUInt8);
+        EXPECT_TRUE(torch::equal(q, ref_bytes))
+            << label << ": " << q.ne(ref_bytes).sum().item<int64_t>() << " bytes differ";
+        EXPECT_TRUE(torch::equal(q_t, ref_bytes.t().contiguous())) << label << " (transposed)";
+        EXPECT_EQ(amax.item<float>(), amax_ref) << label;
+      }
+    }
+  }
+#endif
 }
 
 }  // namespace
