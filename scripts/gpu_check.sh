@@ -60,8 +60,9 @@
 #              cache dropped before each step), then the volume Transolver trained on
 #              DATA_SAMPLES (default 4) prepared samples of DATA_POINTS (default 20M) points on
 #              disk: each epoch's data-wait share from its summary
-#   prepare    the streamed prepare of a synthetic volume of PREPARE_POINTS (default 10M) points on
-#              every core: wall time, points a second and peak memory (--block-rows default)
+#   prepare    the streamed prepare of a synthetic volume of PREPARE_POINTS (default 10M) points
+#              (page cache dropped) on PREPARE_CORES (default "all 1": every core, then CPU 0 alone):
+#              wall time, points a second and peak memory (--block-rows default)
 #   multi      2 GPUs: NCCL tests, bench on 1 and 2 GPUs, a 2-rank training
 #   torchrun   2 GPUs through torchrun
 # Usage: bash scripts/gpu_check.sh build test bench
@@ -508,21 +509,29 @@ PY
 }
 
 stage_prepare() {
-  local n=${PREPARE_POINTS:-10000000} dir=/tmp/slipstream-prepare
+  local n=${PREPARE_POINTS:-10000000} dir=/tmp/slipstream-prepare cores pin rc=0
   rm -rf "$dir" && mkdir -p "$dir"
-  log "prepare: a synthetic volume of $n points, $(nproc) cores"
+  log "prepare: a synthetic volume of $n points; cores: ${PREPARE_CORES:-all 1} of $(nproc)"
   "$BIN" make-synthetic --format vtk --out "$dir/raw" dataset=synthetic_volume dataset.num_train=1 \
-    dataset.num_val=0 dataset.points_per_sample="$n" >"$OUT/prepare_make.log" 2>&1 || return 1
-  /usr/bin/time -v "$BIN" prepare --in "$dir/raw" --out "$dir/out" --val-fraction 0 \
-    >"$OUT/prepare.log" 2>&1 || { tail -20 "$OUT/prepare.log"; return 1; }
-  grep -E "Elapsed|Maximum resident|User time|System time|peak" "$OUT/prepare.log" | tee -a "$OUT/summary.txt"
-  python3 - "$OUT/prepare.log" "$n" <<'PY' | tee -a "$OUT/summary.txt"
+    dataset.num_val=0 dataset.points_per_sample="$n" >"$OUT/prepare_make.log" 2>&1 \
+    || { tail -5 "$OUT/prepare_make.log"; return 1; }
+  for cores in ${PREPARE_CORES:-all 1}; do
+    # One core: the process pinned to CPU 0 (its threads share it).
+    pin=""; [ "$cores" = all ] || pin="taskset -c 0-$((cores - 1))"
+    rm -rf "$dir/out"
+    sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
+    /usr/bin/time -v $pin "$BIN" prepare --in "$dir/raw" --out "$dir/out" --val-fraction 0 \
+      >"$OUT/prepare_$cores.log" 2>&1 || { tail -20 "$OUT/prepare_$cores.log"; rc=1; continue; }
+    grep -E "Prepared|Elapsed|Maximum resident" "$OUT/prepare_$cores.log" | tee -a "$OUT/summary.txt"
+    python3 - "$OUT/prepare_$cores.log" "$n" "$cores" <<'PY' | tee -a "$OUT/summary.txt"
 import re, sys
 t = open(sys.argv[1]).read()
 m = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (?:(\d+):)?(\d+):([\d.]+)", t)
 s = (int(m.group(1) or 0) * 3600 + int(m.group(2)) * 60 + float(m.group(3)))
-print(f"prepare: {int(sys.argv[2]) / s / 1e6:.2f} M points/s over {s:.1f} s")
+print(f"prepare, {sys.argv[3]} cores: {int(sys.argv[2]) / s / 1e6:.2f} M points/s over {s:.1f} s")
 PY
+  done
+  return $rc
 }
 
 stage_profile() {

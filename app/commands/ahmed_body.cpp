@@ -5,12 +5,9 @@
 // parameters given. Prints the body's parameters as name=value lines, which
 // a shell script can `eval`.
 #include "aero/geometry/ahmed_body.h"
+#include "aero/geometry/stl_file.h"
 #include "commands/commands.h"
 #include "commands/output_guard.h"
-
-#ifdef SLIPSTREAM_WITH_VTK
-#include "aero/vtk/vtk_io.h"
-#endif
 
 #include <c10/util/Exception.h>
 
@@ -43,9 +40,6 @@ Command add_ahmed_body(CLI::App& app, const CommandContext& /*context*/) {
   sub->add_option("--height", o->body.height, "m (without --case)")->capture_default_str();
   sub->add_option("--edge", o->edge, "the mesh's edge length, m")->capture_default_str();
   return {sub, [o]() -> int {
-#ifndef SLIPSTREAM_WITH_VTK
-            needs_vtk("ahmed-body");
-#else
             TORCH_CHECK((o->index >= 0) == (o->cases > 0),
                         "ahmed-body: --case and --cases go together");
             aero::AhmedBody b = o->body;
@@ -67,7 +61,6 @@ Command add_ahmed_body(CLI::App& app, const CommandContext& /*context*/) {
                 b.slant_deg, b.length, b.width, b.height, b.front_radius, b.slant_length,
                 b.clearance, b.frontal_area(), standard.frontal_area(), mesh.faces.size());
             return 0;
-#endif
           }};
 }
 

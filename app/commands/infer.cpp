@@ -39,6 +39,7 @@
 #ifdef SLIPSTREAM_WITH_VTK
 #include "aero/vtk/raw_runs.h"
 #include "aero/vtk/vtk_io.h"
+#include "aero/vtk/vtu_writer.h"
 #endif
 
 #include <torch/torch.h>

@@ -3,9 +3,7 @@
 #include "aero/train/run.h"
 #include "commands/commands.h"
 
-#ifdef SLIPSTREAM_WITH_VTK
 #include "aero/vtk/raw_runs.h"
-#endif
 
 #include <c10/util/Exception.h>
 
@@ -36,7 +34,6 @@ Command add_make_synthetic(CLI::App& app, const CommandContext& context) {
             TORCH_CHECK(o->format == "samples" || o->format == "vtk", "make-synthetic: --format '",
                         o->format, "' is not one of samples, vtk");
             if (o->format == "vtk") {
-#ifdef SLIPSTREAM_WITH_VTK
               aero::write_synthetic_vtk_runs(o->out, s.synthetic, s.num_train + s.num_val);
               const bool surface = s.synthetic.kind == "surface";
               std::cout << "Wrote " << s.num_train + s.num_val
@@ -46,9 +43,6 @@ Command add_make_synthetic(CLI::App& app, const CommandContext& context) {
                         << s.synthetic.points_per_sample << (surface ? " cells" : " points")
                         << " to " << o->out << "\n";
               return 0;
-#else
-              needs_vtk("make-synthetic --format vtk");
-#endif
             }
             aero::write_synthetic_directory(o->out, s.synthetic, s.num_train, s.num_val);
             std::cout << "Wrote " << s.num_train << " train and " << s.num_val << " val samples of "

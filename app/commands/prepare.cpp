@@ -13,9 +13,7 @@
 #include "commands/field_names.h"
 #include "core/process/host_memory.h"
 
-#ifdef SLIPSTREAM_WITH_VTK
 #include "aero/vtk/raw_runs.h"
-#endif
 
 #include <iostream>
 #include <memory>
@@ -59,7 +57,6 @@ Command add_prepare(CLI::App& app, const CommandContext& context) {
   o->fields.add_to(sub);
   sub->add_option("overrides", o->overrides, "key=value config overrides (dataset.targets)");
   return {sub, [o, &context]() -> int {
-#ifdef SLIPSTREAM_WITH_VTK
             const auto config = aero::Config::load(context.config_dir, o->overrides);
             aero::PrepareOptions po;
             po.targets = aero::resolve_fields(config);
@@ -85,9 +82,6 @@ Command add_prepare(CLI::App& app, const CommandContext& context) {
             if (!r.warnings.empty()) std::cout << ", " << r.warnings.size() << " warnings";
             std::cout << "\n";
             return 0;
-#else
-            needs_vtk("prepare");
-#endif
           }};
 }
 

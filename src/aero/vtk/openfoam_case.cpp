@@ -1,9 +1,11 @@
 #include "aero/vtk/openfoam_case.h"
 
+#include "aero/geometry/stl_file.h"
 #include "aero/geometry/surface_mesh.h"
 #include "aero/geometry/triangle_mesh.h"
 #include "aero/vtk/raw_runs.h"
 #include "aero/vtk/vtk_io.h"
+#include "aero/vtk/vtu_writer.h"
 #include "core/io/atomic_file.h"
 #include "core/io/staged_directory.h"
 

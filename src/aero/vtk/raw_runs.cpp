@@ -4,10 +4,12 @@
 #include "aero/data/manifest.h"
 #include "aero/data/sample_file.h"
 #include "aero/forces/force_coefficients.h"
+#include "aero/geometry/stl_file.h"
 #include "aero/geometry/surface_mesh.h"
 #include "aero/geometry/triangle_mesh.h"
 #include "aero/vtk/vtk_io.h"
 #include "aero/vtk/vtu_stream.h"
+#include "aero/vtk/vtu_writer.h"
 #include "core/io/atomic_file.h"
 #include "core/io/progress.h"
 #include "core/io/safetensors.h"
@@ -648,6 +650,11 @@ PrepareReport prepare_runs(const std::string& in_dir, const std::string& out_dir
       points = stream_raw_run(run, stage + "/" + name, o.targets, o.vtu_names, o.limit_points, &why,
                               o.stream_block_rows, {},
                               [&](double f) { progress.update((done + 0.95 * f) / n_prepared); });
+#ifndef SLIPSTREAM_WITH_VTK
+      TORCH_CHECK(points >= 0, "prepare: '", run, "' cannot be streamed (", why,
+                  ") and this build has no VTK to read it whole (install libvtk9-dev and "
+                  "rebuild)");
+#endif
       if (points < 0) {
         warn(&report.warnings,
              "'" + run + "' is read whole (its memory grows with its size): " + why);
@@ -726,6 +733,11 @@ void write_synthetic_surface_runs(const std::string& out_dir, const SyntheticOpt
 void write_synthetic_vtk_runs(const std::string& out_dir, const SyntheticOptions& options,
                               int64_t count) {
   TORCH_CHECK(count > 0, "make-synthetic: need at least one run");
+#ifndef SLIPSTREAM_WITH_VTK
+  TORCH_CHECK(options.kind != "surface",
+              "make-synthetic --format vtk: surface runs (.vtp) need VTK; this slipstream was "
+              "built without it (install libvtk9-dev and rebuild)");
+#endif
   if (options.kind == "surface") {
     write_synthetic_surface_runs(out_dir, options, count);
     return;

@@ -17,15 +17,12 @@
 #include <vtkPointDataToCellData.h>
 #include <vtkPoints.h>
 #include <vtkPolyData.h>
-#include <vtkSTLReader.h>
-#include <vtkSTLWriter.h>
 #include <vtkSmartPointer.h>
 #include <vtkUnstructuredGrid.h>
 #include <vtkXMLPolyDataReader.h>
 #include <vtkXMLPolyDataWriter.h>
 #include <vtkXMLReader.h>
 #include <vtkXMLUnstructuredGridReader.h>
-#include <vtkXMLUnstructuredGridWriter.h>
 
 #include "core/io/concatenated_files.h"
 #include "core/io/progress.h"
@@ -229,30 +226,6 @@ VolumeMesh read_vtu(const std::string& path, const std::vector<std::string>& fie
   return volume_of(reader, path, field_names);
 }
 
-void write_vtu(const std::string& path, const torch::Tensor& points_in,
-               const std::vector<std::pair<std::string, torch::Tensor>>& fields) {
-  const auto points = points_in.to(torch::kFloat).contiguous();
-  const int64_t n = points.size(0);
-  vtkNew<vtkUnstructuredGrid> grid;
-  vtkNew<vtkPoints> pts;
-  pts->SetDataTypeToFloat();
-  pts->SetNumberOfPoints(n);
-  const float* pp = points.data_ptr<float>();
-  for (int64_t i = 0; i < n; ++i) pts->SetPoint(i, pp[3 * i], pp[3 * i + 1], pp[3 * i + 2]);
-  grid->SetPoints(pts);
-  vtkNew<vtkCellArray> cells;
-  for (vtkIdType i = 0; i < n; ++i) cells->InsertNextCell(1, &i);
-  grid->SetCells(VTK_VERTEX, cells);
-  for (const auto& [name, t] : fields) grid->GetPointData()->AddArray(to_array(name, t, n));
-  const std::string tmp = path + ".tmp.vtu";
-  vtkNew<vtkXMLUnstructuredGridWriter> writer;
-  writer->SetFileName(tmp.c_str());
-  writer->SetInputData(grid);
-  writer->SetDataModeToAppended();
-  writer->EncodeAppendedDataOff();
-  write_into_place(writer.GetPointer(), tmp, path, "vtk");
-}
-
 SurfaceData read_vtp(const std::string& path, const std::vector<std::string>& field_names) {
   vtkNew<vtkXMLPolyDataReader> reader;
   read_xml(reader, path);
@@ -345,52 +318,6 @@ void write_vtp(const std::string& path, const SurfaceMesh& mesh,
   writer->SetDataModeToAppended();
   writer->EncodeAppendedDataOff();
   write_into_place(writer.GetPointer(), tmp, path, "vtk");
-}
-
-TriangleMesh read_stl(const std::string& path) {
-  TORCH_CHECK(fs::is_regular_file(path), "stl: '", path, "' does not exist");
-  TORCH_CHECK(fs::file_size(path) > 0, "stl: '", path, "' is empty");
-  vtkNew<vtkSTLReader> reader;
-  reader->SetFileName(path.c_str());
-  reader->MergingOn();
-  reader->Update();
-  vtkPolyData* poly = reader->GetOutput();
-  TORCH_CHECK(reader->GetErrorCode() == 0 && poly != nullptr && poly->GetNumberOfPolys() > 0,
-              "stl: '", path, "' has no triangles (empty, truncated or not STL?)");
-  TriangleMesh mesh;
-  mesh.name = path;
-  for (vtkIdType i = 0; i < poly->GetNumberOfPoints(); ++i) {
-    double p[3];
-    poly->GetPoint(i, p);
-    mesh.vertices.push_back({p[0], p[1], p[2]});
-  }
-  vtkCellArray* polys = poly->GetPolys();
-  polys->InitTraversal();
-  vtkNew<vtkIdList> ids;
-  while (polys->GetNextCell(ids)) {
-    TORCH_CHECK(ids->GetNumberOfIds() == 3, "stl: '", path, "' has a non-triangle face");
-    mesh.faces.push_back({ids->GetId(0), ids->GetId(1), ids->GetId(2)});
-  }
-  return mesh;
-}
-
-void write_stl(const std::string& path, const TriangleMesh& mesh) {
-  vtkNew<vtkPolyData> poly;
-  vtkNew<vtkPoints> pts;
-  for (const auto& v : mesh.vertices) pts->InsertNextPoint(v[0], v[1], v[2]);
-  vtkNew<vtkCellArray> tris;
-  for (const auto& f : mesh.faces) {
-    vtkIdType ids[3] = {f[0], f[1], f[2]};
-    tris->InsertNextCell(3, ids);
-  }
-  poly->SetPoints(pts);
-  poly->SetPolys(tris);
-  const std::string tmp = path + ".tmp.stl";
-  vtkNew<vtkSTLWriter> writer;
-  writer->SetFileName(tmp.c_str());
-  writer->SetInputData(poly);
-  writer->SetFileTypeToBinary();
-  write_into_place(writer.GetPointer(), tmp, path, "stl");
 }
 
 }  // namespace slipstream::aero

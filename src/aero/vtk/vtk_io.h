@@ -1,5 +1,7 @@
-// VTK files in and out (VTK 9): volume meshes (.vtu) with their point data,
-// and triangle surfaces (.stl). Every failure names the file and the field.
+// VTK files read and written through VTK 9: volume meshes (.vtu) with their
+// point data, and surfaces (.vtp) with their cell data. Every failure names
+// the file and the field. (A .vtu is written without VTK: vtu_writer.h;
+// STL files: geometry/stl_file.h.)
 #pragma once
 
 #include "aero/geometry/surface_mesh.h"
@@ -33,11 +35,6 @@ VolumeMesh read_vtu(const std::string& path, const std::vector<std::string>& fie
 VolumeMesh read_vtu(const std::vector<std::string>& pieces,
                     const std::vector<std::string>& field_names);
 
-// Writes points (with one vertex cell each) and point-data fields, through a
-// temp file and rename. Binary appended, ParaView opens it.
-void write_vtu(const std::string& path, const torch::Tensor& points,
-               const std::vector<std::pair<std::string, torch::Tensor>>& fields);
-
 // Surfaces (.vtp, DrivAerML's boundary_i.vtp): the polygons and the named
 // fields per cell; a field stored as point data is moved to the cells
 // (averaged over each cell's vertices). Triangle strips are not read.
@@ -53,8 +50,5 @@ SurfaceData surface_of(vtkPolyData* poly, const std::string& what,
 // Writes the polygons with per-cell fields (C rows each), atomically.
 void write_vtp(const std::string& path, const SurfaceMesh& mesh,
                const std::vector<std::pair<std::string, torch::Tensor>>& cell_fields);
-
-TriangleMesh read_stl(const std::string& path);
-void write_stl(const std::string& path, const TriangleMesh& mesh);
 
 }  // namespace slipstream::aero

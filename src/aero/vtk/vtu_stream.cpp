@@ -3,12 +3,15 @@
 #include "core/io/random_access_file.h"
 
 #include <c10/util/Exception.h>
+
+#ifdef SLIPSTREAM_WITH_VTK
 #include <vtkDataCompressor.h>
 #include <vtkLZ4DataCompressor.h>
 #include <vtkLZMADataCompressor.h>
 #include <vtkNew.h>
 #include <vtkSmartPointer.h>
 #include <vtkZLibDataCompressor.h>
+#endif
 
 #include <algorithm>
 #include <cstring>
@@ -145,6 +148,7 @@ class RawCursor final : public VtuStream::Cursor {
   std::string what_;
 };
 
+#ifdef SLIPSTREAM_WITH_VTK
 // VTK's compressed layout: a header of [blocks, block size, last block's
 // size, each block's compressed size], then the compressed blocks.
 class CompressedCursor final : public VtuStream::Cursor {
@@ -228,6 +232,8 @@ class CompressedCursor final : public VtuStream::Cursor {
   size_t pos_ = 0, next_block_ = 0;
 };
 
+#endif  // SLIPSTREAM_WITH_VTK
+
 }  // namespace
 
 VtuStream::VtuStream(std::vector<std::string> pieces) {
@@ -279,6 +285,11 @@ VtuStream::VtuStream(std::vector<std::string> pieces) {
           compressor_ != "vtkLZ4DataCompressor" && compressor_ != "vtkLZMADataCompressor") {
         refuse("its compressor '" + compressor_ + "' is not VTK's zlib, LZ4 or LZMA");
       }
+#ifndef SLIPSTREAM_WITH_VTK
+      if (!compressor_.empty()) {
+        refuse("it is compressed (" + compressor_ + ") and this build has no VTK to uncompress it");
+      }
+#endif
     } else if (t.name == "AppendedData") {
       if (attr(t, "encoding") != "raw") refuse("its appended data is base64-encoded");
       break;  // the data follows
@@ -328,10 +339,12 @@ std::unique_ptr<VtuStream::Cursor> VtuStream::cursor(const std::string& name) co
   TORCH_CHECK(it != arrays_.end(), "vtu: '", what_, "' has no point array '", name, "'");
   const std::string what = "'" + what_ + "' array '" + name + "'";
   const uint64_t start = data_start_ + it->second.offset;
+#ifdef SLIPSTREAM_WITH_VTK
   if (!compressor_.empty()) {
     return std::make_unique<CompressedCursor>(*bytes_, start, it->second, points_, header64_,
                                               compressor_, what);
   }
+#endif
   uint64_t nbytes = 0;
   bytes_->read(start, header64_ ? 8 : 4, &nbytes);
   const uint64_t want =

@@ -7,9 +7,10 @@
 // Piece; also such a file shipped in pieces (NAME.vtu.00.part, ...: one
 // byte stream). That is what VTK's writer produces with
 // SetDataModeToAppended + EncodeAppendedDataOff, and what ParaView saves by
-// default. Anything else (ASCII or base64 arrays, several pieces, a target
-// stored as cell data) is `supported() == false` with the reason, and the
-// caller reads the file whole through VTK instead.
+// default, and what vtu_writer.h writes (uncompressed). Anything else (ASCII
+// or base64 arrays, several pieces, a target stored as cell data; in a build
+// without VTK, a compressed file) is `supported() == false` with the reason,
+// and the caller reads the file whole through VTK instead.
 #pragma once
 
 #include <torch/types.h>

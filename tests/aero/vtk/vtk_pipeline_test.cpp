@@ -1,10 +1,14 @@
-// Real CFD data path: STL signed distances against the analytic sphere, VTK
-// files with bad content, and the whole chain make-synthetic --format vtk ->
+// Real CFD data path: STL signed distances against the analytic sphere, the
+// STL reader and .vtu writer (written without VTK) against VTK's own reader,
+// VTK files with bad content, and the whole chain make-synthetic --format vtk ->
 // prepare -> train -> infer, read back with VTK. Built where VTK is.
 #include "aero/data/dataset.h"
+#include "aero/geometry/stl_file.h"
 #include "aero/geometry/triangle_mesh.h"
 #include "aero/vtk/raw_runs.h"
 #include "aero/vtk/vtk_io.h"
+#include "aero/vtk/vtu_stream.h"
+#include "aero/vtk/vtu_writer.h"
 #include "core/io/staged_directory.h"
 #include "support/files.h"
 #include "support/recipe_support.h"
@@ -16,9 +20,13 @@
 #include <torch/torch.h>
 #include <unistd.h>
 #include <vtkCellData.h>
+#include <vtkCellType.h>
 #include <vtkFloatArray.h>
+#include <vtkIdList.h>
 #include <vtkNew.h>
 #include <vtkPointData.h>
+#include <vtkPolyData.h>
+#include <vtkSTLReader.h>
 #include <vtkUnstructuredGrid.h>
 #include <vtkXMLUnstructuredGridReader.h>
 #include <vtkXMLUnstructuredGridWriter.h>
@@ -81,6 +89,86 @@ TEST(SignedDistanceTest, OpenOrEmptyMeshesAreRejectedByName) {
   std::ofstream(dir.file("empty.stl")).close();
   EXPECT_NE(error_message_of([&] { read_stl(dir.file("empty.stl")); }).find("empty.stl"),
             std::string::npos);
+}
+
+// The same mesh as vtkSTLReader with merging: vertices in the same order,
+// the same triangles, a degenerate one dropped by both; on the Ahmed body,
+// a sphere written here, and an ASCII file.
+TEST(StlFileTest, TheReaderGivesVtksMesh) {
+  testing::TempDir dir;
+  write_stl(dir.file("sphere.stl"), make_icosphere(0.5, {1.0, 2.0, -3.0}, 3));
+  std::ofstream(dir.file("ascii.stl"))
+      << "solid a\n facet normal 0 0 1\n  outer loop\n   vertex 0 0 0\n   vertex 1 0 0\n"
+         "   vertex 0 1 0\n  endloop\n endfacet\n facet normal 0 0 1\n  outer loop\n"
+         "   vertex 1 0 0\n   vertex 1 0 0\n   vertex 0 1 0\n  endloop\n endfacet\n"
+         " facet normal 0 0 1\n  outer loop\n   vertex 1 0 0\n   vertex 1 1 0.5\n"
+         "   vertex 0 1 0\n  endloop\n endfacet\nendsolid a\n";
+  for (const auto& path : {testing::fixtures_dir() + "/ahmed/run_16/drivaer_16.stl",
+                           dir.file("sphere.stl"), dir.file("ascii.stl")}) {
+    const auto ours = read_stl(path);
+    vtkNew<vtkSTLReader> reader;
+    reader->SetFileName(path.c_str());
+    reader->MergingOn();
+    reader->Update();
+    vtkPolyData* poly = reader->GetOutput();
+    ASSERT_EQ(static_cast<int64_t>(ours.vertices.size()), poly->GetNumberOfPoints()) << path;
+    for (vtkIdType i = 0; i < poly->GetNumberOfPoints(); ++i) {
+      double p[3];
+      poly->GetPoint(i, p);
+      for (int d = 0; d < 3; ++d) ASSERT_EQ(ours.vertices[static_cast<size_t>(i)][d], p[d]) << path;
+    }
+    ASSERT_EQ(static_cast<int64_t>(ours.faces.size()), poly->GetNumberOfPolys()) << path;
+    vtkNew<vtkIdList> ids;
+    for (vtkIdType c = 0; c < poly->GetNumberOfPolys(); ++c) {
+      poly->GetCellPoints(c, ids);
+      ASSERT_EQ(ids->GetNumberOfIds(), 3) << path;
+      for (int k = 0; k < 3; ++k) {
+        ASSERT_EQ(ours.faces[static_cast<size_t>(c)][static_cast<size_t>(k)], ids->GetId(k))
+            << path << " triangle " << c;
+      }
+    }
+  }
+}
+
+// The .vtu written without VTK: VTK's reader finds the points, one vertex
+// cell each and the fields, bit for bit; VtuStream reads the same rows.
+TEST(VtkIoTest, TheVtuWrittenWithoutVtkIsReadByVtkAndStreamed) {
+  testing::TempDir dir;
+  const int64_t n = 3001;
+  torch::manual_seed(5);
+  const auto points = torch::randn({n, 3});
+  const auto p = torch::randn({n});
+  const auto u = torch::randn({n, 3}, torch::kDouble);
+  write_vtu(dir.file("a.vtu"), points, {{"pMeanTrim", p}, {"UMeanTrim", u}});
+  const auto v = read_vtu(dir.file("a.vtu"), {"pMeanTrim", "UMeanTrim"});
+  EXPECT_TRUE(torch::equal(v.points, points));
+  EXPECT_TRUE(torch::equal(v.fields.at("pMeanTrim"), p.view({n, 1})));
+  EXPECT_TRUE(torch::equal(v.fields.at("UMeanTrim"), u.to(torch::kFloat)));
+  vtkNew<vtkXMLUnstructuredGridReader> reader;
+  reader->SetFileName(dir.file("a.vtu").c_str());
+  reader->Update();
+  vtkUnstructuredGrid* g = reader->GetOutput();
+  ASSERT_EQ(g->GetNumberOfCells(), n);
+  for (const vtkIdType c : {vtkIdType{0}, vtkIdType{1234}, vtkIdType{n - 1}}) {
+    EXPECT_EQ(g->GetCellType(c), VTK_VERTEX);
+    vtkNew<vtkIdList> ids;
+    g->GetCellPoints(c, ids);
+    ASSERT_EQ(ids->GetNumberOfIds(), 1);
+    EXPECT_EQ(ids->GetId(0), c);
+  }
+  const VtuStream stream({dir.file("a.vtu")});
+  ASSERT_TRUE(stream.supported()) << stream.why_unsupported();
+  EXPECT_EQ(stream.points(), n);
+  const auto cursor = stream.cursor("UMeanTrim");
+  const auto first = cursor->next(1000), rest = cursor->next(n - 1000);
+  EXPECT_TRUE(torch::equal(torch::cat({first, rest}), u.to(torch::kFloat)));
+  EXPECT_TRUE(torch::equal(stream.cursor("points")->next(n), points));
+  const auto bad = error_message_of([&] {
+    write_vtu(dir.file("b.vtu"), points, {{"pMeanTrim", torch::zeros({n - 1})}});
+  });
+  EXPECT_NE(bad.find("b.vtu"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("pMeanTrim"), std::string::npos) << bad;
+  EXPECT_FALSE(fs::exists(dir.file("b.vtu")));
 }
 
 TEST(VtkIoTest, CellDataMovesToPointsAndBadFilesNameTheFileAndField) {
