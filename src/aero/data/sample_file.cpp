@@ -2,6 +2,7 @@
 
 #include "core/io/atomic_file.h"
 #include "core/io/crc32c.h"
+#include "core/process/pipeline.h"
 #include "core/text/join.h"
 
 #include <torch/torch.h>
@@ -360,46 +361,66 @@ void SampleFileStreamWriter::commit(const std::string& id,
   out.write(head.data(), head.size());
   std::vector<at::Tensor> crcs;
   for (size_t f = 0; f < fields_.size(); ++f) crcs.push_back(torch::empty({chunks}, torch::kInt));
-  std::vector<unsigned char> records;
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    const int64_t first = static_cast<int64_t>(b) * bucket_rows_;
-    const int64_t count = std::min(bucket_rows_, rows_ - first);
-    std::FILE* f = buckets_[b];
-    records.resize(static_cast<size_t>(count) * record_.size());
-    TORCH_CHECK(std::fflush(f) == 0 && std::fseek(f, 0, SEEK_SET) == 0 &&
-                    std::fread(records.data(), 1, records.size(), f) == records.size(),
-                "write sample: reading back '", bucket_paths_[b],
-                "' failed: ", std::strerror(errno));
-    // Each field's rows of this bucket, in file order.
-    std::vector<std::vector<unsigned char>> rows(fields_.size());
-    for (size_t k = 0; k < fields_.size(); ++k) {
-      rows[k].resize(static_cast<size_t>(count * fields_[k].second) * sizeof(float));
-    }
-    for (int64_t r = 0; r < count; ++r) {
-      const unsigned char* rec = records.data() + static_cast<size_t>(r) * record_.size();
-      uint32_t local = 0;
-      std::memcpy(&local, rec, sizeof(local));
-      TORCH_CHECK(local < count, "write sample: '", bucket_paths_[b], "' is damaged");
-      rec += sizeof(local);
-      for (size_t k = 0; k < fields_.size(); ++k) {
-        const size_t w = static_cast<size_t>(fields_[k].second) * sizeof(float);
-        std::memcpy(rows[k].data() + local * w, rec, w);
-        rec += w;
-      }
-    }
-    for (size_t k = 0; k < fields_.size(); ++k) {
-      const size_t w = static_cast<size_t>(fields_[k].second) * sizeof(float);
-      for (int64_t r0 = 0; r0 < count; r0 += options_.chunk_rows) {
-        const int64_t r1 = std::min(count, r0 + options_.chunk_rows);
-        crcs[k][(first + r0) / options_.chunk_rows] = static_cast<int32_t>(
-            crc32c(rows[k].data() + static_cast<size_t>(r0) * w, static_cast<size_t>(r1 - r0) * w));
-      }
-      out.write_at(offsets[k] + static_cast<uint64_t>(first) * w, rows[k].data(), rows[k].size());
-    }
-    std::fclose(f);
-    buckets_[b] = nullptr;
-    std::remove(bucket_paths_[b].c_str());
-  }
+  // Reading bucket b + 1, ordering and checksumming bucket b and writing
+  // bucket b - 1 overlap (core/process/pipeline.h).
+  struct Bucket {
+    int64_t first = 0, count = 0;
+    std::vector<unsigned char> records;
+    std::vector<std::vector<unsigned char>> rows;  // each field's, in file order
+  };
+  run_pipeline<Bucket>(
+      static_cast<int64_t>(buckets_.size()), 1,
+      [&](int64_t b) {
+        Bucket k;
+        k.first = b * bucket_rows_;
+        k.count = std::min(bucket_rows_, rows_ - k.first);
+        std::FILE* f = buckets_[static_cast<size_t>(b)];
+        k.records.resize(static_cast<size_t>(k.count) * record_.size());
+        TORCH_CHECK(std::fflush(f) == 0 && std::fseek(f, 0, SEEK_SET) == 0 &&
+                        std::fread(k.records.data(), 1, k.records.size(), f) == k.records.size(),
+                    "write sample: reading back '", bucket_paths_[static_cast<size_t>(b)],
+                    "' failed: ", std::strerror(errno));
+        std::fclose(f);
+        buckets_[static_cast<size_t>(b)] = nullptr;
+        std::remove(bucket_paths_[static_cast<size_t>(b)].c_str());
+        return k;
+      },
+      [&](int64_t b, Bucket& k) {
+        k.rows.resize(fields_.size());
+        for (size_t i = 0; i < fields_.size(); ++i) {
+          k.rows[i].resize(static_cast<size_t>(k.count * fields_[i].second) * sizeof(float));
+        }
+        for (int64_t r = 0; r < k.count; ++r) {
+          const unsigned char* rec = k.records.data() + static_cast<size_t>(r) * record_.size();
+          uint32_t local = 0;
+          std::memcpy(&local, rec, sizeof(local));
+          TORCH_CHECK(local < k.count, "write sample: '", bucket_paths_[static_cast<size_t>(b)],
+                      "' is damaged");
+          rec += sizeof(local);
+          for (size_t i = 0; i < fields_.size(); ++i) {
+            const size_t w = static_cast<size_t>(fields_[i].second) * sizeof(float);
+            std::memcpy(k.rows[i].data() + local * w, rec, w);
+            rec += w;
+          }
+        }
+        k.records = {};
+        for (size_t i = 0; i < fields_.size(); ++i) {
+          const size_t w = static_cast<size_t>(fields_[i].second) * sizeof(float);
+          for (int64_t r0 = 0; r0 < k.count; r0 += options_.chunk_rows) {
+            const int64_t r1 = std::min(k.count, r0 + options_.chunk_rows);
+            crcs[i].data_ptr<int32_t>()[(k.first + r0) / options_.chunk_rows] =
+                static_cast<int32_t>(crc32c(k.rows[i].data() + static_cast<size_t>(r0) * w,
+                                            static_cast<size_t>(r1 - r0) * w));
+          }
+        }
+      },
+      [&](int64_t, Bucket& k) {
+        for (size_t i = 0; i < fields_.size(); ++i) {
+          const size_t w = static_cast<size_t>(fields_[i].second) * sizeof(float);
+          out.write_at(offsets[i] + static_cast<uint64_t>(k.first) * w, k.rows[i].data(),
+                       k.rows[i].size());
+        }
+      });
   size_t next = fields_.size();
   for (const auto& [name, t] : globals) {
     const auto c = t.contiguous();
