@@ -15,6 +15,7 @@
 
 #include "aero/vtk/raw_runs.h"
 
+#include <iomanip>
 #include <iostream>
 #include <memory>
 
@@ -81,6 +82,15 @@ Command add_prepare(CLI::App& app, const CommandContext& context) {
                       << format_gib(static_cast<double>(peak_rss_bytes()));
             if (!r.warnings.empty()) std::cout << ", " << r.warnings.size() << " warnings";
             std::cout << "\n";
+            if (r.streamed > 0) {
+              // Where a streamed volume's time went: read, SDF and append
+              // overlap, so their sum exceeds the wall time.
+              const auto& t = r.stream;
+              std::cout << std::fixed << std::setprecision(2) << "Streamed " << r.streamed
+                        << " volumes in " << t.wall << " s: setup " << t.setup << " s, then read "
+                        << t.read << " s, signed distance " << t.sdf << " s and append " << t.append
+                        << " s overlapped, then commit " << t.commit << " s\n";
+            }
             return 0;
           }};
 }

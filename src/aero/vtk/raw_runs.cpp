@@ -299,9 +299,15 @@ int64_t stream_raw_run(const std::string& run_dir, const std::string& out_path,
                        const std::map<std::string, std::string>& vtu_names, int64_t limit_points,
                        std::string* why_not, int64_t block_rows,
                        const SampleWriteOptions& write_options,
-                       const std::function<void(double)>& progress) {
+                       const std::function<void(double)>& progress, StreamTimes* times) {
   TORCH_CHECK(fs::is_directory(run_dir), "prepare: run directory '", run_dir, "' does not exist");
   TORCH_CHECK(block_rows > 0, "prepare: block_rows must be positive");
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  const auto since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  StreamTimes spent;
   const VtuStream vtu(volume_pieces(run_dir));
   const auto fields = file_field_names(targets, vtu_names, drivaerml_field_names());
   std::string why = vtu.why_unsupported();
@@ -327,6 +333,7 @@ int64_t stream_raw_run(const std::string& run_dir, const std::string& out_path,
   TORCH_CHECK(globals.has_global("U_inf") && globals.global("U_inf").numel() == 3, "prepare: '",
               run_dir, "' gives no U_inf of 3 values");
   const SignedDistance sdf(read_stl(only_file_with(run_dir, ".stl")));
+  spent.setup = since(t0);
 
   const int64_t n = vtu.points();
   const auto kept = limited_rows(n, limit_points);  // sorted; undefined: every row
@@ -350,6 +357,7 @@ int64_t stream_raw_run(const std::string& run_dir, const std::string& out_path,
   run_pipeline<Block>(
       (n + block_rows - 1) / block_rows, 2,
       [&](int64_t k) {
+        const auto start = Clock::now();
         Block b;
         b.first = k * block_rows;
         const int64_t count = std::min(block_rows, n - b.first);
@@ -363,9 +371,11 @@ int64_t stream_raw_run(const std::string& run_dir, const std::string& out_path,
           next_kept = end;
           for (auto& [name, t] : b.fields) t = t.index_select(0, b.local);
         }
+        spent.read += since(start);
         return b;
       },
       [&](int64_t, Block& b) {
+        const auto start = Clock::now();
         torch::Tensor d, normals;
         sdf.query(b.fields.at("points"), d, normals);
         for (const auto& [name, t] : {std::pair{"sdf", d}, std::pair{"sdf_normals", normals}}) {
@@ -378,14 +388,31 @@ int64_t stream_raw_run(const std::string& run_dir, const std::string& out_path,
         }
         b.fields["sdf"] = d;
         b.fields["sdf_normals"] = normals;
+        spent.sdf += since(start);
       },
       [&](int64_t, Block& b) {
+        const auto start = Clock::now();
         writer.append(b.fields);
+        spent.append += since(start);
         const int64_t done = std::min(b.first + block_rows, n);
         if (progress) progress(static_cast<double>(done) / static_cast<double>(n));
       });
+  const auto commit_start = Clock::now();
   writer.commit(run_dir, globals.global_data);
+  spent.commit = since(commit_start);
+  spent.wall = since(t0);
+  if (times != nullptr) *times += spent;
   return rows;
+}
+
+StreamTimes& StreamTimes::operator+=(const StreamTimes& o) {
+  setup += o.setup;
+  read += o.read;
+  sdf += o.sdf;
+  append += o.append;
+  commit += o.commit;
+  wall += o.wall;
+  return *this;
 }
 
 void put_targets(Sample& s, const std::map<std::string, torch::Tensor>& file_data,
@@ -647,9 +674,11 @@ PrepareReport prepare_runs(const std::string& in_dir, const std::string& out_dir
     if (!openfoam && o.kind == "volume" && o.stream_block_rows > 0) {
       std::string why;
       const double done = static_cast<double>(report.runs);
-      points = stream_raw_run(run, stage + "/" + name, o.targets, o.vtu_names, o.limit_points, &why,
-                              o.stream_block_rows, {},
-                              [&](double f) { progress.update((done + 0.95 * f) / n_prepared); });
+      points = stream_raw_run(
+          run, stage + "/" + name, o.targets, o.vtu_names, o.limit_points, &why,
+          o.stream_block_rows, {},
+          [&](double f) { progress.update((done + 0.95 * f) / n_prepared); }, &report.stream);
+      if (points >= 0) report.streamed += 1;
 #ifndef SLIPSTREAM_WITH_VTK
       TORCH_CHECK(points >= 0, "prepare: '", run, "' cannot be streamed (", why,
                   ") and this build has no VTK to read it whole (install libvtk9-dev and "

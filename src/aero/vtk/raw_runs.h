@@ -56,13 +56,24 @@ Sample read_raw_run(const std::string& run_dir, const FieldSchema& targets,
 // the rows' permutation). Returns the points written, or -1 with the reason
 // in `why_not` when the .vtu cannot be streamed (then read_raw_run reads it
 // whole). The same rows, SDF and targets as read_raw_run. `progress`, if
-// given, hears the fraction of the volume read so far.
+// given, hears the fraction of the volume read so far; `times`, if given,
+// gains the seconds each stage was busy.
+struct StreamTimes {
+  double setup = 0;   // the headers, metadata.json, the STL and its hierarchy
+  double read = 0;    // the .vtu's blocks (a thread of its own)
+  double sdf = 0;     // the signed distances (every core)
+  double append = 0;  // the rows to their buckets (a thread of its own)
+  double commit = 0;  // the buckets ordered and written (after the others)
+  double wall = 0;    // the whole run
+  StreamTimes& operator+=(const StreamTimes& o);
+};
 int64_t stream_raw_run(const std::string& run_dir, const std::string& out_path,
                        const FieldSchema& targets,
                        const std::map<std::string, std::string>& vtu_names, int64_t limit_points,
                        std::string* why_not, int64_t block_rows = 1 << 18,
                        const SampleWriteOptions& write_options = {},
-                       const std::function<void(double)>& progress = {});
+                       const std::function<void(double)>& progress = {},
+                       StreamTimes* times = nullptr);
 
 // A surface run (DrivAerML's layout):
 //   <run>/*.vtp              the surface with cell data (pMeanTrim,
@@ -125,6 +136,8 @@ struct PrepareOptions {
 };
 struct PrepareReport {
   int64_t runs = 0, train = 0, val = 0, test = 0, points = 0;
+  int64_t streamed = 0;  // runs streamed, whose stage times `stream` sums
+  StreamTimes stream;
   std::vector<std::string> warnings;
   double seconds = 0;
 };

@@ -319,7 +319,16 @@ TEST(RawRunTest, PrepareReplacesADatasetWholeOrLeavesItAsItWas) {
   PrepareOptions po;
   po.val_fraction = 0;
   const std::string out = dir.file("prepared");
-  ASSERT_EQ(prepare_runs(dir.file("raw"), out, po).runs, 2);
+  const auto first = prepare_runs(dir.file("raw"), out, po);
+  ASSERT_EQ(first.runs, 2);
+  // Both streamed, each stage's time counted within the whole.
+  EXPECT_EQ(first.streamed, 2);
+  const auto& t = first.stream;
+  EXPECT_GT(t.sdf, 0);
+  EXPECT_GT(t.commit, 0);
+  EXPECT_LE(t.setup + t.commit, t.wall);
+  EXPECT_LE(t.sdf, t.wall);
+  EXPECT_LE(t.wall, first.seconds);
   const std::string manifest = testing::file_bytes(out + "/manifest.json");
   const std::string sample = testing::file_bytes(out + "/run_0001.safetensors");
   // A third run that fails half-way (its STL is not watertight).
