@@ -36,10 +36,11 @@
 #include "core/io/svg_scatter.h"
 #include "core/sinks/jsonl_sink.h"
 
+#include "aero/vtk/vtu_writer.h"
+
 #ifdef SLIPSTREAM_WITH_VTK
 #include "aero/vtk/raw_runs.h"
 #include "aero/vtk/vtk_io.h"
-#include "aero/vtk/vtu_writer.h"
 #endif
 
 #include <torch/torch.h>
@@ -67,7 +68,6 @@ struct InferOptions {
   FieldNameOptions fields;
 };
 
-#ifdef SLIPSTREAM_WITH_VTK
 // <name>_pred, <name>_true, <name>_error per target, physical units.
 std::vector<std::pair<std::string, torch::Tensor>> output_fields(const aero::SampleInference& r,
                                                                  const aero::Sample& sample,
@@ -84,15 +84,14 @@ std::vector<std::pair<std::string, torch::Tensor>> output_fields(const aero::Sam
   return out;
 }
 
-#endif
-
 // Writes the sample's ParaView file at `stem` + .vtp (a surface with its
-// polygons) or .vtu (points); returns the path, or "" without VTK.
+// polygons: needs VTK) or .vtu (points); returns the path, or "" for a
+// surface without VTK.
 std::string write_paraview(const std::string& stem, const aero::SampleInference& r,
                            const aero::Sample& sample, const aero::TrainedModel& trained) {
-#ifdef SLIPSTREAM_WITH_VTK
   const auto out = output_fields(r, sample, trained.fields);
   if (trained.domain == aero::SampleDomain::kSurface && !sample.mesh.empty()) {
+#ifdef SLIPSTREAM_WITH_VTK
     aero::SurfaceMesh mesh;
     mesh.vertices = sample.mesh.at("vertices");
     mesh.offsets = sample.mesh.at("offsets");
@@ -102,13 +101,12 @@ std::string write_paraview(const std::string& stem, const aero::SampleInference&
     cells.emplace_back("normals", sample.point("normals"));
     aero::write_vtp(stem + ".vtp", mesh, cells);
     return stem + ".vtp";
+#else
+    return "";
+#endif
   }
   aero::write_vtu(stem + ".vtu", sample.point("points"), out);
   return stem + ".vtu";
-#else
-  (void)stem, (void)r, (void)sample, (void)trained;
-  return "";
-#endif
 }
 
 std::string file_stem(const std::string& id) {
@@ -241,7 +239,7 @@ int run_split(const InferOptions& o, const aero::TrainedModel& trained, c10::Dev
     std::cout << "Forces plot: " << o.out << "/forces.svg\n";
   }
   if (o.write_meshes && !wrote_files) {
-    std::cout << "note: this slipstream was built without VTK: no .vtp/.vtu files written\n";
+    std::cout << "note: this slipstream was built without VTK: no .vtp surface files written\n";
   }
   if (jsonl) {
     jsonl->flush();
