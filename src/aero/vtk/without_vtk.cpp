@@ -1,12 +1,14 @@
 // A build without VTK (the GPU image): what only VTK reads or writes refuses,
 // naming the file and what it would take. The streamed volume path
 // (raw_runs.h's stream_raw_run, vtu_stream.h, vtu_writer.h, stl_file.h)
-// works without it.
+// works without it. Empty in a build with VTK.
 #include "aero/vtk/openfoam_case.h"
 #include "aero/vtk/raw_runs.h"
 #include "aero/vtk/vtk_io.h"
 
 #include <stdexcept>
+
+#ifndef SLIPSTREAM_WITH_VTK
 
 namespace slipstream::aero {
 
@@ -44,3 +46,5 @@ Sample read_openfoam_case(const std::string& case_dir, const std::string&, const
 }
 
 }  // namespace slipstream::aero
+
+#endif  // SLIPSTREAM_WITH_VTK
