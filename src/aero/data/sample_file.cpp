@@ -256,11 +256,12 @@ SampleFileStreamWriter::SampleFileStreamWriter(std::string path, int64_t rows,
   }
   seed_ = options_.row_seed != 0 ? options_.row_seed : seed_of_name(path_);
   place_ = row_places(rows_, seed_);
-  // Buckets of whole chunks, about 1M rows each.
+  // Buckets of whole chunks, about 512k rows each (the commit holds a few
+  // at a time: ~30 MB each for a volume's 13 floats a row).
   bucket_rows_ =
       options_.bucket_rows > 0
           ? options_.bucket_rows
-          : std::max<int64_t>(1, (int64_t{1} << 20) / options_.chunk_rows) * options_.chunk_rows;
+          : std::max<int64_t>(1, (int64_t{1} << 19) / options_.chunk_rows) * options_.chunk_rows;
   TORCH_CHECK(bucket_rows_ % options_.chunk_rows == 0, "write sample: bucket_rows (", bucket_rows_,
               ") must be a multiple of chunk_rows (", options_.chunk_rows, ")");
   const int64_t buckets = (rows_ + bucket_rows_ - 1) / bucket_rows_;
@@ -371,16 +372,21 @@ void SampleFileStreamWriter::commit(const std::string& id,
     std::vector<std::vector<unsigned char>> rows;  // each field's, in file order
   };
   // Buffers of tens of MB, handed from bucket to bucket: fresh ones cost a
-  // page fault every 4 KB (a third of the commit's time, measured).
+  // page fault every 4 KB (a third of the commit's time, measured). Each
+  // request takes the smallest kept buffer that holds it; a few are kept.
   std::mutex pool_mutex;
   std::vector<std::vector<unsigned char>> pool;
   const auto take = [&](size_t bytes) {
     std::vector<unsigned char> v;
     {
       const std::lock_guard<std::mutex> lock(pool_mutex);
-      if (!pool.empty()) {
-        v = std::move(pool.back());
-        pool.pop_back();
+      auto best = pool.end();
+      for (auto it = pool.begin(); it != pool.end(); ++it) {
+        if (it->size() >= bytes && (best == pool.end() || it->size() < best->size())) best = it;
+      }
+      if (best != pool.end()) {
+        v = std::move(*best);
+        pool.erase(best);
       }
     }
     if (v.size() < bytes) v.resize(bytes);
@@ -388,7 +394,8 @@ void SampleFileStreamWriter::commit(const std::string& id,
   };
   const auto give = [&](std::vector<unsigned char>& v) {
     const std::lock_guard<std::mutex> lock(pool_mutex);
-    pool.push_back(std::move(v));
+    if (pool.size() < 2 * (fields_.size() + 1)) pool.push_back(std::move(v));
+    v = {};
   };
   run_pipeline<Bucket>(
       static_cast<int64_t>(buckets_.size()), 1,

@@ -51,7 +51,7 @@ struct SampleWriteOptions {
   uint64_t row_seed = 0;  // 0: derived from the file's name
   int64_t chunk_rows = 16384;
   // SampleFileStreamWriter: rows per bucket file, a multiple of chunk_rows
-  // (0: about 1M).
+  // (0: about 512k).
   int64_t bucket_rows = 0;
 };
 
