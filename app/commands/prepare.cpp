@@ -87,8 +87,9 @@ Command add_prepare(CLI::App& app, const CommandContext& context) {
               // overlap, so their sum exceeds the wall time.
               const auto& t = r.stream;
               std::cout << std::fixed << std::setprecision(2) << "Streamed " << r.streamed
-                        << " volumes in " << t.wall << " s: setup " << t.setup << " s, then read "
-                        << t.read << " s, signed distance " << t.sdf << " s and append " << t.append
+                        << (r.streamed == 1 ? " volume" : " volumes") << " in " << t.wall
+                        << " s: setup " << t.setup << " s, then read " << t.read
+                        << " s, signed distance " << t.sdf << " s and append " << t.append
                         << " s overlapped, then commit " << t.commit << " s\n";
             }
             return 0;
