@@ -64,11 +64,13 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return forward_plus(x, 
 
 torch::Tensor MlpImpl::forward_plus(const torch::Tensor& x, const torch::Tensor& residual) {
   const fp8::Scope scope(part);
-  if (recompute_gelu && layers->size() == 3) {  // Linear, GELU, Linear: one function
+  if (layers->size() == 3) {  // Linear, GELU, Linear: one function
     const auto& l1 = *layers[0]->as<torch::nn::Linear>();
     const auto& l2 = *layers[2]->as<torch::nn::Linear>();
-    if (l1.bias.defined() && l2.bias.defined())
-      return gelu_mlp(x, l1.weight, l1.bias, l2.weight, l2.bias, residual, keep_gelu);
+    if (l1.bias.defined() && l2.bias.defined()) {
+      return gelu_mlp(x, l1.weight, l1.bias, l2.weight, l2.bias, residual,
+                      keep_gelu || !recompute_gelu);
+    }
   }
   const size_t last = layers->size() - 1;
   const auto& l0 = *layers[0]->as<torch::nn::Linear>();

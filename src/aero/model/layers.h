@@ -29,9 +29,13 @@ class MlpImpl : public torch::nn::Module {
   // linear_residual (linear.h) can (residual undefined: forward(x)).
   torch::Tensor forward_plus(const torch::Tensor& x, const torch::Tensor& residual);
   torch::nn::Sequential layers{nullptr};
-  // Each GELU goes with the Linear after it (linear.h's gelu_linear): the
-  // hidden layers are kept for the backward once, before their GELU, which
-  // the backward recomputes. The same values either way.
+  // The one-hidden-layer form (Linear, GELU, Linear) runs as one function
+  // (linear.h's gelu_mlp: the residual in the last GEMM, the first bias's
+  // gradient in the GELU backward's pass), keeping x and h, and gelu(h)
+  // unless recompute_gelu. Longer MLPs run layer by layer, each GELU with
+  // the Linear after it where recompute_gelu (gelu_linear). recompute_gelu:
+  // the hidden layers are kept for the backward once, before their GELU,
+  // which the backward recomputes. The same values either way.
   bool recompute_gelu = false;
   // With recompute_gelu, on the one-hidden-layer form: gelu(h) is kept for
   // the backward too (gelu_mlp's keep_gelu), one more hidden layer of memory
