@@ -40,7 +40,7 @@
 #   base       start building the base tree AB_BASE (a `git archive` tarball, or a commit where .git is
 #              present) in a tree of its own, in the background, for a later `ab`
 #   ab         the same bench (AB_MODEL: models, space-separated, default geotransolver_volume;
-#              AB_POINTS, AB_OPTIMIZER) on this tree and on the base tree AB_BASE (built by `base`,
+#              AB_POINTS, AB_OPTIMIZER; AB_ARGS: more bench arguments for every tree) on this tree and on the base tree AB_BASE (built by `base`,
 #              or here), AB_ROUNDS rounds taken in turn so that drift hits them alike; AB_VARIANTS:
 #              this binary again with each override (or, for NAME=value in capitals, environment variable)
 #   table      one bench per model x optimizer x precision (TABLE_MODELS, default the four volume and
@@ -264,7 +264,8 @@ stage_ab() {
   for model in ${AB_MODEL:-geotransolver_volume}; do
     local args=(--rounds 1 --steps ${AB_STEPS:-10} --warmup 4 --policies async
       model=$model optimizer.name=${AB_OPTIMIZER:-adamw}
-      dataset.points_per_sample=$((points + points / 20)) dataset.sampling_resolution=$points)
+      dataset.points_per_sample=$((points + points / 20)) dataset.sampling_resolution=$points
+      ${AB_ARGS:-})
     for r in $(seq "${AB_ROUNDS:-3}"); do
       for i in "${!trees[@]}"; do
         echo "ab $model round $r ${trees[$i]}: $(env ${envs[$i]} "${bins[$i]}" bench "${args[@]}" \

@@ -4,6 +4,8 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include "aero/kernels/column_sum_kernels.h"
+#include "aero/kernels/common/gelu.cuh"
 #include "aero/kernels/common/launch.h"
 
 #include <algorithm>
@@ -82,21 +84,68 @@ __device__ __forceinline__ float bounded_max(float m, float v) {
   return isfinite(v) ? fmaxf(m, fabsf(v)) : INFINITY;
 }
 
+// 8 values' fp8 bytes, scaled by s, in one 8-byte word.
+template <__nv_fp8_interpretation_t kFormat>
+__device__ __forceinline__ uint2 pack8(const float (&v)[8], float s) {
+  return make_uint2(static_cast<uint32_t>(pair_to_fp8<kFormat>(v[0], v[1], s)) |
+                        (static_cast<uint32_t>(pair_to_fp8<kFormat>(v[2], v[3], s)) << 16),
+                    static_cast<uint32_t>(pair_to_fp8<kFormat>(v[4], v[5], s)) |
+                        (static_cast<uint32_t>(pair_to_fp8<kFormat>(v[6], v[7], s)) << 16));
+}
+
+using VecTile = uint8_t[kVecTile][kVecTile + kVecPad];
+
+// The tile's transposed copy into out_t (cols, rows_out): a tile column a
+// thread, 16 rows (4 groups of 16) at once. Ends with a barrier (the tile
+// may then be rewritten).
+__device__ __forceinline__ void store_transposed(const VecTile& tile, uint8_t* out_t, int64_t row0,
+                                                 int64_t col0, int64_t rows_out, int64_t cols) {
+  const int tc = threadIdx.x % kVecTile, tr = (threadIdx.x / kVecTile) * 16;
+  if (out_t != nullptr) {
+    __syncthreads();
+    const int64_t oc = col0 + tc, orow = row0 + tr;
+    // rows_out is a multiple of 16: a group of 16 rows is wholly in or out.
+    if (oc < cols && orow < rows_out) {
+      uint32_t w[4];
+#pragma unroll
+      for (int g = 0; g < 4; ++g) {
+        w[g] = static_cast<uint32_t>(tile[tr + 4 * g][tc]) |
+               (static_cast<uint32_t>(tile[tr + 4 * g + 1][tc]) << 8) |
+               (static_cast<uint32_t>(tile[tr + 4 * g + 2][tc]) << 16) |
+               (static_cast<uint32_t>(tile[tr + 4 * g + 3][tc]) << 24);
+      }
+      *reinterpret_cast<uint4*>(out_t + oc * rows_out + orow) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+  }
+  __syncthreads();
+}
+
+// amax[0] = max(amax[0], the block's largest m): one atomic a block.
+__device__ __forceinline__ void block_amax(float m, float* warp_max, float* amax) {
+  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float b = 0.f;
+    for (int w = 0; w < kVecThreads / 32; ++w) b = fmaxf(b, warp_max[w]);
+    // Non-negative floats order as their bits do.
+    if (b > 0.f) atomicMax(reinterpret_cast<int*>(amax), __float_as_int(b));
+  }
+}
+
 template <__nv_fp8_interpretation_t kFormat, bool kFp32>
 __global__ void __launch_bounds__(kVecThreads)
     quantize_vec_kernel(const void* __restrict__ in, int64_t rows, int64_t rows_out, int64_t cols,
                         int64_t tile_cols, int64_t tiles, const float* __restrict__ scale,
                         uint8_t* __restrict__ out, uint8_t* __restrict__ out_t,
                         float* __restrict__ amax) {
-  __shared__ __align__(16) uint8_t tile[kVecTile][kVecTile + kVecPad];
+  __shared__ __align__(16) VecTile tile;
   __shared__ float warp_max[kVecThreads / 32];
   const int tid = threadIdx.x;
   const float s = scale[0];
   float m = 0.f;
   // Load phase: 8 threads a row (8 columns each), 32 rows a pass.
   const int lc = (tid % 8) * 8, lr0 = tid / 8;
-  // Transposed phase: a tile column a thread, 16 rows (4 groups of 16).
-  const int tc = tid % kVecTile, tr = (tid / kVecTile) * 16;
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
     const int64_t row0 = (t / tile_cols) * kVecTile, col0 = (t % tile_cols) * kVecTile;
     const int64_t c = col0 + lc;
@@ -126,42 +175,99 @@ __global__ void __launch_bounds__(kVecThreads)
         }
 #pragma unroll
         for (int k = 0; k < 8; ++k) m = bounded_max(m, v[k]);
-        packed.x = static_cast<uint32_t>(pair_to_fp8<kFormat>(v[0], v[1], s)) |
-                   (static_cast<uint32_t>(pair_to_fp8<kFormat>(v[2], v[3], s)) << 16);
-        packed.y = static_cast<uint32_t>(pair_to_fp8<kFormat>(v[4], v[5], s)) |
-                   (static_cast<uint32_t>(pair_to_fp8<kFormat>(v[6], v[7], s)) << 16);
+        packed = pack8<kFormat>(v, s);
       }
       if (out != nullptr && c < cols && r < rows_out) {
         *reinterpret_cast<uint2*>(out + r * cols + c) = packed;
       }
       *reinterpret_cast<uint2*>(&tile[lr][lc]) = packed;
     }
-    if (out_t != nullptr) {
-      __syncthreads();
-      const int64_t oc = col0 + tc, orow = row0 + tr;
-      // rows_out is a multiple of 16: a group of 16 rows is wholly in or out.
-      if (oc < cols && orow < rows_out) {
-        uint32_t w[4];
-#pragma unroll
-        for (int g = 0; g < 4; ++g) {
-          w[g] = static_cast<uint32_t>(tile[tr + 4 * g][tc]) |
-                 (static_cast<uint32_t>(tile[tr + 4 * g + 1][tc]) << 8) |
-                 (static_cast<uint32_t>(tile[tr + 4 * g + 2][tc]) << 16) |
-                 (static_cast<uint32_t>(tile[tr + 4 * g + 3][tc]) << 24);
-        }
-        *reinterpret_cast<uint4*>(out_t + oc * rows_out + orow) =
-            make_uint4(w[0], w[1], w[2], w[3]);
-      }
-    }
-    __syncthreads();  // the tile is rewritten by the next one
+    store_transposed(tile, out_t, row0, col0, rows_out, cols);
   }
-  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  if (tid % 32 == 0) warp_max[tid / 32] = m;
-  __syncthreads();
-  if (tid == 0) {
-    float b = 0.f;
-    for (int w = 0; w < kVecThreads / 32; ++w) b = fmaxf(b, warp_max[w]);
-    if (b > 0.f) atomicMax(reinterpret_cast<int*>(amax), __float_as_int(b));
+  block_amax(m, warp_max, amax);
+}
+
+// The casts of gelu(h) (kBackward false) and of g gelu'(h) (kBackward
+// true), each value rounded to bf16 first (kernels/common/gelu.cuh), in
+// the vectorised kernel's 64 x 64 tiles; a block owns one strip of 64
+// columns (blockIdx.y) and walks its row tiles blockIdx.x, + gridDim.x,
+// ..., so that with `partial` it also sums its rows of each column (of the
+// bf16 values) and writes them as its row of partial, in a fixed order.
+// At most one wave of blocks: each first fills its GELU table.
+template <__nv_fp8_interpretation_t kFormat, bool kBackward>
+__global__ void __launch_bounds__(kVecThreads)
+    gelu_quantize_kernel(const uint4* __restrict__ h, const uint4* __restrict__ g, int64_t rows,
+                         int64_t rows_out, int64_t cols, const float* __restrict__ scale,
+                         uint8_t* __restrict__ out, uint8_t* __restrict__ out_t,
+                         float* __restrict__ amax, float* __restrict__ partial) {
+  namespace gelu = kernels::gelu;
+  __shared__ __align__(16) VecTile tile;
+  __shared__ float warp_max[kVecThreads / 32];
+  __shared__ __nv_bfloat16 value[kBackward ? 1 : gelu::kEntries];
+  __shared__ float slope[kBackward ? gelu::kEntries : 1];
+  __shared__ float sums[kBackward ? kVecThreads / 32 : 1][kVecTile];
+  gelu::fill_tables(kBackward ? nullptr : value, kBackward ? slope : nullptr);
+  const int tid = threadIdx.x;
+  const float s = scale[0];
+  float m = 0.f;
+  float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  const int lc = (tid % 8) * 8, lr0 = tid / 8;
+  const int64_t col0 = int64_t(blockIdx.y) * kVecTile, c = col0 + lc, packs_per_row = cols / 8;
+  const int64_t row_tiles = rows_out / kVecTile + (rows_out % kVecTile != 0);
+  for (int64_t t = blockIdx.x; t < row_tiles; t += gridDim.x) {
+    const int64_t row0 = t * kVecTile;
+#pragma unroll
+    for (int pass = 0; pass < kVecTile / 32; ++pass) {
+      const int lr = lr0 + pass * 32;
+      const int64_t r = row0 + lr;
+      uint2 packed = make_uint2(0u, 0u);  // fp8 zeros, also in the padding rows
+      if (c < cols && r < rows) {
+        const int64_t i = r * packs_per_row + c / 8;
+        gelu::Pack8 x, y;
+        x.raw = h[i];
+        if constexpr (kBackward) {
+          gelu::Pack8 dy;
+          dy.raw = g[i];
+          gelu::slope_pack(x, dy, slope, y);
+        } else {
+          gelu::forward_pack(x, value, y);
+        }
+        float v[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          v[k] = __bfloat162float(y.v[k]);
+          m = bounded_max(m, v[k]);
+          if constexpr (kBackward) acc[k] += v[k];
+        }
+        packed = pack8<kFormat>(v, s);
+      }
+      if (out != nullptr && c < cols && r < rows_out) {
+        *reinterpret_cast<uint2*>(out + r * cols + c) = packed;
+      }
+      *reinterpret_cast<uint2*>(&tile[lr][lc]) = packed;
+    }
+    store_transposed(tile, out_t, row0, col0, rows_out, cols);
+  }
+  block_amax(m, warp_max, amax);
+  if constexpr (kBackward) {
+    if (partial == nullptr) return;
+      // A warp's 4 threads of each 8-column piece (lanes 8 apart), then the
+      // warps in order.
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], 8);
+      acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], 16);
+    }
+    if (tid % 32 < 8) {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) sums[tid / 32][lc + k] = acc[k];
+    }
+    __syncthreads();
+    if (tid < kVecTile && col0 + tid < cols) {
+      float total = 0.f;
+      for (int w = 0; w < kVecThreads / 32; ++w) total += sums[w][tid];
+      partial[int64_t(blockIdx.x) * cols + col0 + tid] = total;
+    }
   }
 }
 
@@ -194,6 +300,34 @@ void launch_quantize(const void* in, bool in_fp32, int64_t rows, int64_t rows_ou
   const dim3 block(kTile, kRowsPerPass);
   quantize_kernel<kFormat>
       <<<grid, block, 0, st>>>(in, in_fp32, rows, rows_out, cols, scale, out, out_t, amax);
+}
+
+// The gelu kernels' grid: (row chunks, column strips), at most one wave
+// of blocks in all and at most one chunk a row tile.
+template <__nv_fp8_interpretation_t kFormat, bool kBackward>
+dim3 gelu_grid(int64_t rows_out, int64_t cols) {
+  static const int per_sm = [] {
+    int n = 0;
+    kernels::check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                            &n, gelu_quantize_kernel<kFormat, kBackward>, kVecThreads, 0),
+                        "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    return std::max(n, 1);
+  }();
+  const int64_t strips = (cols + kVecTile - 1) / kVecTile;
+  const int64_t row_tiles = std::max<int64_t>(1, (rows_out + kVecTile - 1) / kVecTile);
+  const int64_t wave = int64_t(kernels::sm_count()) * per_sm;
+  const int64_t chunks = std::clamp<int64_t>(wave / strips, 1, row_tiles);
+  return dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(strips));
+}
+
+template <__nv_fp8_interpretation_t kFormat, bool kBackward>
+void launch_gelu(const void* h, const void* g, int64_t rows, int64_t rows_out, int64_t cols,
+                 const float* scale, uint8_t* out, uint8_t* out_t, float* amax, float* partial,
+                 cudaStream_t st) {
+  gelu_quantize_kernel<kFormat, kBackward>
+      <<<gelu_grid<kFormat, kBackward>(rows_out, cols), kVecThreads, 0, st>>>(
+          static_cast<const uint4*>(h), static_cast<const uint4*>(g), rows, rows_out, cols, scale,
+          out, out_t, amax, partial);
 }
 
 __global__ void update_scales_kernel(float* amax, float* history, float* scale, float* scale_inv,
@@ -244,6 +378,51 @@ void quantize(const void* in, bool in_fp32, int64_t rows, int64_t rows_out, int6
     launch_quantize<__NV_E5M2>(in, in_fp32, rows, rows_out, cols, scale, out, out_t, amax, st);
   }
   kernels::check_launch("fp8", "quantize_kernel");
+}
+
+bool gelu_supported(int64_t rows_out, int64_t cols, const void* h, const void* g,
+                    const uint8_t* out, const uint8_t* out_t) {
+  return cols > 0 && cols % 8 == 0 && rows_out % 16 == 0 && aligned16(h) &&
+         (g == nullptr || aligned16(g)) && (out == nullptr || aligned16(out)) &&
+         (out_t == nullptr || aligned16(out_t));
+}
+
+int64_t gelu_partial_rows(int64_t rows_out, int64_t cols, Format format) {
+  return (format == Format::kE4M3 ? gelu_grid<__NV_E4M3, true>
+                                  : gelu_grid<__NV_E5M2, true>)(rows_out, cols)
+      .x;
+}
+
+void quantize_gelu(const void* h, const void* g, int64_t rows, int64_t rows_out, int64_t cols,
+                   const float* scale, Format format, uint8_t* out, uint8_t* out_t, float* amax,
+                   float* partial, float* colsum, void* stream) {
+  if (rows_out < rows) throw std::invalid_argument("fp8 quantize_gelu: rows_out below rows");
+  if (!gelu_supported(rows_out, cols, h, g, out, out_t)) {
+    throw std::invalid_argument(
+        "fp8 quantize_gelu: needs cols a multiple of 8, rows_out of 16, 16-byte aligned pointers");
+  }
+  if (g == nullptr && (partial != nullptr || colsum != nullptr)) {
+    throw std::invalid_argument("fp8 quantize_gelu: column sums are of GELU's backward alone");
+  }
+  if (rows_out <= 0) return;
+  if (out == nullptr) out_t = nullptr;  // neither is written
+  if (colsum == nullptr) partial = nullptr;
+  auto* st = static_cast<cudaStream_t>(stream);
+  const bool e4m3 = format == Format::kE4M3;
+  if (g == nullptr) {
+    (e4m3 ? launch_gelu<__NV_E4M3, false> : launch_gelu<__NV_E5M2, false>)(h, g, rows, rows_out,
+                                                                           cols, scale, out, out_t,
+                                                                           amax, nullptr, st);
+  } else {
+    (e4m3 ? launch_gelu<__NV_E4M3, true> : launch_gelu<__NV_E5M2, true>)(h, g, rows, rows_out, cols,
+                                                                         scale, out, out_t, amax,
+                                                                         partial, st);
+  }
+  kernels::check_launch("fp8", "gelu_quantize_kernel");
+  if (partial != nullptr) {
+    column_sum_kernels::finish(partial, gelu_partial_rows(rows_out, cols, format), cols, colsum,
+                               stream);
+  }
 }
 
 void update_scales(float* amax, float* history, float* scale, float* scale_inv, int64_t inv_stride,

@@ -29,6 +29,23 @@ void quantize(const void* in, bool in_fp32, int64_t rows, int64_t rows_out, int6
               const float* scale, Format format, uint8_t* out, uint8_t* out_t, float* amax,
               void* stream);
 
+// quantize() of gelu(h) (g null) or of GELU's backward g * gelu'(h) (g
+// not null), h and g (rows, cols) bf16, each value formed in fp32 and
+// rounded to bf16 as ATen's gelu and gelu_backward round theirs
+// (kernels/common/gelu.cuh), so that out, out_t and amax are quantize()'s
+// of those ops' outputs, byte for byte, without writing them. With g and
+// colsum not null: colsum[c] = the sum over rows of column c of those bf16
+// values, in fp32 and a fixed order, through `partial`
+// (gelu_partial_rows(rows_out, cols, format), cols) fp32 scratch: the bias
+// gradient of the Linear before the GELU. Takes what gelu_supported says;
+// throws otherwise. Asynchronous on `stream`.
+bool gelu_supported(int64_t rows_out, int64_t cols, const void* h, const void* g,
+                    const uint8_t* out, const uint8_t* out_t);
+int64_t gelu_partial_rows(int64_t rows_out, int64_t cols, Format format);
+void quantize_gelu(const void* h, const void* g, int64_t rows, int64_t rows_out, int64_t cols,
+                   const float* scale, Format format, uint8_t* out, uint8_t* out_t, float* amax,
+                   float* partial, float* colsum, void* stream);
+
 // The scales of `count` tensors (slots) after a step, in one launch: for each slot s, amax[s] is
 // recorded in history[s][*cursor % history_len] (a non-finite one as 0, so that an overflowing step
 // leaves the scales as they were) and amax[s] is reset to 0; then m = the largest value of

@@ -6,73 +6,19 @@
 #include <algorithm>
 
 #include "aero/kernels/column_sum_kernels.h"
+#include "aero/kernels/common/gelu.cuh"
 #include "aero/kernels/common/launch.h"
 
 namespace slipstream::aero::gelu_kernels {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr float kAlpha = 0.70710678118654752440f;                                  // 1 / sqrt(2)
-constexpr float kBeta = 1.12837916709551257390f * 0.70710678118654752440f * 0.5f;  // 1 / sqrt(2 pi)
 
-union Pack8 {
-  uint4 raw;
-  __nv_bfloat16 v[8];
-  unsigned short bits[8];
-};
-
-// The formulas (ATen's, in fp32): gelu(x) and gelu'(x) = cdf + x pdf.
-__device__ inline float gelu(float x) { return x * 0.5f * (1.f + erff(x * kAlpha)); }
-
-__device__ inline float gelu_slope(float x) {
-  const float cdf = 0.5f * (1.f + erff(x * kAlpha));
-  const float pdf = expf(-0.5f * x * x) * kBeta;
-  return cdf + x * pdf;
-}
-
-// The input is bf16, so each kernel takes gelu and gelu' from a table of
-// their fp32 values at every bf16 of magnitude in [2^-16, 2^5) (21
-// binades of 128, both signs: 5376 entries), which each block fills in
-// shared memory from the formulas above; the rest (zero, tiny, large, inf,
-// NaN: a point in ~1e5 for unit-scale inputs) take the formulas. The
-// results are the formulas' bitwise, with a table read in place of erff
-// and expf per element: the passes stay bound by memory, not arithmetic.
-constexpr unsigned kLoBits = (127u - 16u) << 7;  // bits of 2^-16
-constexpr int kHalf = 21 * 128;                  // entries of one sign
-constexpr int kEntries = 2 * kHalf;
-
-// The entry of a bf16's bits, or -1 outside the table.
-__device__ inline int table_index(unsigned bits) {
-  const unsigned off = (bits & 0x7fffu) - kLoBits;  // wraps below the table
-  return off < unsigned(kHalf) ? static_cast<int>(off + (bits >> 15) * kHalf) : -1;
-}
-
-__device__ inline float entry_value(int i) {
-  const unsigned bits = (i >= kHalf ? 0x8000u : 0u) | (kLoBits + unsigned(i % kHalf));
-  return __uint_as_float(bits << 16);
-}
-
-// The block's tables: gelu(x) as bf16 and, when slope is not null, gelu'(x)
-// in fp32. Ends with a barrier.
-__device__ inline void fill_tables(__nv_bfloat16* value, float* slope) {
-  for (int i = threadIdx.x; i < kEntries; i += kThreads) {
-    const float x = entry_value(i);
-    value[i] = __float2bfloat16(gelu(x));
-    if (slope != nullptr) slope[i] = gelu_slope(x);
-  }
-  __syncthreads();
-}
-
-// The entries of a pack's 8 elements; false when one is outside the table.
-__device__ inline bool pack_indices(const Pack8& x, int (&idx)[8]) {
-  bool all = true;
-#pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    idx[e] = table_index(x.bits[e]);
-    all = all && idx[e] >= 0;
-  }
-  return all;
-}
+namespace gelu = kernels::gelu;
+using gelu::fill_tables;
+using gelu::kEntries;
+using gelu::Pack8;
+using gelu::pack_indices;
 
 // One pack's backward: out_g = dy gelu'(x) and out_a = gelu(x), rounded to
 // bf16.
@@ -89,9 +35,9 @@ __device__ __forceinline__ void backward_pack(const Pack8& x, const Pack8& dy,
   } else {
     for (int e = 0; e < 8; ++e) {
       const float xv = __bfloat162float(x.v[e]);
-      const float s = idx[e] >= 0 ? slope[idx[e]] : gelu_slope(xv);
+      const float s = idx[e] >= 0 ? slope[idx[e]] : gelu::slope_of(xv);
       out_g.v[e] = __float2bfloat16(__bfloat162float(dy.v[e]) * s);
-      out_a.v[e] = idx[e] >= 0 ? value[idx[e]] : __float2bfloat16(gelu(xv));
+      out_a.v[e] = idx[e] >= 0 ? value[idx[e]] : __float2bfloat16(gelu::value_of(xv));
     }
   }
 }
@@ -104,15 +50,7 @@ __global__ void __launch_bounds__(kThreads)
        i += int64_t(gridDim.x) * kThreads) {
     Pack8 x, out;
     x.raw = h[i];
-    int idx[8];
-    if (pack_indices(x, idx)) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) out.v[e] = value[idx[e]];
-    } else {
-      for (int e = 0; e < 8; ++e) {
-        out.v[e] = idx[e] >= 0 ? value[idx[e]] : __float2bfloat16(gelu(__bfloat162float(x.v[e])));
-      }
-    }
+    gelu::forward_pack(x, value, out);
     a[i] = out.raw;
   }
 }

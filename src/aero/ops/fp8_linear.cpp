@@ -155,32 +155,41 @@ struct Cast {
   at::Tensor q, q_t;  // (padded rows, cols) and, where asked for, (cols, padded rows)
 };
 
-// m (rows, cols), bf16 or fp32, contiguous, in slot's format and scale,
-// its rows padded with zeros to a multiple of 16; its amax recorded. A
-// slot's first cast makes its first scale from the amax of m itself before
-// casting.
-Cast quantize(Registry& r, int64_t slot, const at::Tensor& m, bool want, bool want_t) {
-  const int64_t rows = m.size(0), rows_out = padded(rows), cols = m.size(1);
-  const bool in_fp32 = m.scalar_type() == at::kFloat;
-  const auto stream = current_stream();
+// A (rows, cols) tensor cast into slot's format and scale by cast(scale,
+// out, out_t, amax, last), which writes the fp8 copy (rows padded with
+// zeros to a multiple of 16) and its transpose where given and records the
+// amax; a slot's first cast makes its first scale from the amax alone
+// (out null, last false) before casting.
+template <class CastFn>
+Cast quantize_by(Registry& r, int64_t slot, int64_t rows, int64_t cols,
+                 const at::TensorOptions& options, bool want, bool want_t, const CastFn& cast) {
   float* amax = r.amax.data_ptr<float>() + slot;
   float* scale = r.scale.data_ptr<float>() + slot;
   const auto format = format_of(slot);
   if (!r.scaled[static_cast<size_t>(slot)]) {
-    fk::quantize(m.data_ptr(), in_fp32, rows, rows, cols, scale, format, nullptr, nullptr, amax,
-                 stream);
+    cast(scale, nullptr, nullptr, amax, false);
     fk::scale_from_amax(amax, fk::max_finite(format), r.recipe.margin, scale,
-                        r.scale_inv.data_ptr<float>() + slot * kInvStride, stream);
+                        r.scale_inv.data_ptr<float>() + slot * kInvStride, current_stream());
     r.scaled[static_cast<size_t>(slot)] = true;
   }
-  const auto options = m.options().dtype(dtype_of(format));
+  const auto o = options.dtype(dtype_of(format));
   Cast c;
-  if (want || want_t) c.q = at::empty({rows_out, cols}, options);
-  if (want_t) c.q_t = at::empty({cols, rows_out}, options);
-  fk::quantize(m.data_ptr(), in_fp32, rows, rows_out, cols, scale, format,
-               c.q.defined() ? static_cast<uint8_t*>(c.q.data_ptr()) : nullptr,
-               c.q_t.defined() ? static_cast<uint8_t*>(c.q_t.data_ptr()) : nullptr, amax, stream);
+  if (want || want_t) c.q = at::empty({padded(rows), cols}, o);
+  if (want_t) c.q_t = at::empty({cols, padded(rows)}, o);
+  cast(scale, c.q.defined() ? static_cast<uint8_t*>(c.q.data_ptr()) : nullptr,
+       c.q_t.defined() ? static_cast<uint8_t*>(c.q_t.data_ptr()) : nullptr, amax, true);
   return c;
+}
+
+// m (rows, cols), bf16 or fp32, contiguous, cast as above.
+Cast quantize(Registry& r, int64_t slot, const at::Tensor& m, bool want, bool want_t) {
+  const int64_t rows = m.size(0), cols = m.size(1);
+  const bool in_fp32 = m.scalar_type() == at::kFloat;
+  return quantize_by(r, slot, rows, cols, m.options(), want, want_t,
+                     [&](const float* scale, uint8_t* out, uint8_t* out_t, float* amax, bool) {
+                       fk::quantize(m.data_ptr(), in_fp32, rows, padded(rows), cols, scale,
+                                    format_of(slot), out, out_t, amax, current_stream());
+                     });
 }
 
 // The inverse scale of `slot`, 0-dim, as the fp8 GEMMs take it.
@@ -190,6 +199,14 @@ at::Tensor as_matrix(const at::Tensor& t) {
   auto m = t.reshape({-1, t.size(-1)});
   if (m.scalar_type() != at::kFloat && m.scalar_type() != at::kBFloat16) m = m.to(at::kBFloat16);
   return m.contiguous();
+}
+
+// An fp8 product's bias as _scaled_mm takes it (bf16), or none for the
+// empty tensor that stands for none (an autograd function's inputs are
+// defined tensors).
+std::optional<at::Tensor> bias_of(const at::Tensor& bias) {
+  return bias.numel() > 0 ? std::optional<at::Tensor>(bias.to(at::kBFloat16))
+                          : std::optional<at::Tensor>();
 }
 
 using torch::autograd::AutogradContext;
@@ -210,12 +227,8 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     // weight transposed (input gradient).
     const Cast xq = quantize(r, slot + kInput, x2, true, grad && weight.requires_grad());
     const Cast wq = quantize(r, slot + kWeight, w, true, grad && x.requires_grad());
-    // An empty bias stands for none (an autograd function's inputs are
-    // defined tensors).
-    const auto b = bias.numel() > 0 ? std::optional<at::Tensor>(bias.to(at::kBFloat16))
-                                    : std::optional<at::Tensor>();
-    auto y = at::_scaled_mm(xq.q, wq.q.t(), inv(r, slot + kInput), inv(r, slot + kWeight), b,
-                            std::nullopt, at::kBFloat16,
+    auto y = at::_scaled_mm(xq.q, wq.q.t(), inv(r, slot + kInput), inv(r, slot + kWeight),
+                            bias_of(bias), std::nullopt, at::kBFloat16,
                             /*use_fast_accum=*/true);
     y = y.narrow(0, 0, x2.size(0));  // the padding rows' products dropped
     ctx->save_for_backward({xq.q_t, wq.q_t});
@@ -267,6 +280,126 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
   }
 };
 
+// linear(gelu(linear(x, w1, b1)), w2, b2) with both products as
+// Fp8LinearFunction makes them, gelu(h) cast straight to the second
+// product's e4m3 copies and GELU's backward straight to the e5m2 copies of
+// h's gradient, with b1's gradient summed in the same pass
+// (fp8_kernels.h's quantize_gelu). Keeps x's, gelu(h)'s and both weights'
+// transposed fp8 copies and h.
+class Fp8GeluMlpFunction : public torch::autograd::Function<Fp8GeluMlpFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w1,
+                            const at::Tensor& b1, const at::Tensor& w2, const at::Tensor& b2,
+                            bool grad) {
+    const c10::cuda::CUDAGuard guard(x.device());
+    auto& r = registry();
+    const std::lock_guard<std::mutex> lock(r.mutex);
+    const int64_t s1 = slots_of(r, w1), s2 = slots_of(r, w2);
+    const auto x2 = as_matrix(x);
+    const int64_t rows = x2.size(0), hidden = w1.size(0);
+    // h's gradient is needed for x's, w1's or b1's.
+    const bool to_h = grad && (x.requires_grad() || w1.requires_grad() || b1.requires_grad());
+    const Cast xq = quantize(r, s1 + kInput, x2, true, grad && w1.requires_grad());
+    const Cast w1q = quantize(r, s1 + kWeight, as_matrix(w1), true, grad && x.requires_grad());
+    // (padded rows, hidden): the padding rows' values are b1, and no cast reads them.
+    const auto h = at::_scaled_mm(xq.q, w1q.q.t(), inv(r, s1 + kInput), inv(r, s1 + kWeight),
+                                  bias_of(b1), std::nullopt, at::kBFloat16,
+                                  /*use_fast_accum=*/true);
+    const Cast aq =
+        quantize_by(r, s2 + kInput, rows, hidden, h.options(), true, grad && w2.requires_grad(),
+                    [&](const float* scale, uint8_t* out, uint8_t* out_t, float* amax, bool) {
+                      fk::quantize_gelu(h.data_ptr(), nullptr, rows, padded(rows), hidden, scale,
+                                        format_of(s2 + kInput), out, out_t, amax, nullptr, nullptr,
+                                        current_stream());
+                    });
+    const Cast w2q = quantize(r, s2 + kWeight, as_matrix(w2), true, to_h);
+    const auto y = at::_scaled_mm(aq.q, w2q.q.t(), inv(r, s2 + kInput), inv(r, s2 + kWeight),
+                                  bias_of(b2), std::nullopt, at::kBFloat16,
+                                  /*use_fast_accum=*/true)
+                       .narrow(0, 0, rows);
+    ctx->save_for_backward({xq.q_t, w1q.q_t, aq.q_t, w2q.q_t, to_h ? h : at::Tensor()});
+    ctx->saved_data["s1"] = s1;
+    ctx->saved_data["s2"] = s2;
+    ctx->saved_data["x_sizes"] = x.sizes().vec();
+    for (const auto& [key, t] : {std::pair<const char*, const at::Tensor*>{"x", &x},
+                                 {"w1", &w1},
+                                 {"b1", &b1},
+                                 {"w2", &w2},
+                                 {"b2", &b2}}) {
+      ctx->saved_data[key] = static_cast<int64_t>(t->scalar_type());
+    }
+    auto sizes = x.sizes().vec();
+    sizes.back() = w2.size(0);
+    return y.view(sizes);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list out(6);
+    if (!grads[0].defined()) return out;
+    const auto saved = ctx->get_saved_variables();
+    const auto &x_t = saved[0], &w1_t = saved[1], &a_t = saved[2], &w2_t = saved[3], &h = saved[4];
+    const int64_t s1 = ctx->saved_data["s1"].toInt(), s2 = ctx->saved_data["s2"].toInt();
+    const auto dtype = [&](const char* key) {
+      return static_cast<at::ScalarType>(ctx->saved_data[key].toInt());
+    };
+    const auto g = as_matrix(grads[0].to(at::kBFloat16));
+    const int64_t rows = g.size(0);
+    const c10::cuda::CUDAGuard guard(g.device());
+    auto& r = registry();
+    const std::lock_guard<std::mutex> lock(r.mutex);
+    const bool want_x = ctx->needs_input_grad(0) && w1_t.defined();
+    const bool want_w1 = ctx->needs_input_grad(1) && x_t.defined();
+    const bool want_b1 = ctx->needs_input_grad(2) && h.defined();
+    const bool want_h = h.defined() && w2_t.defined() && (want_x || want_w1 || want_b1);
+    const bool want_w2 = ctx->needs_input_grad(3) && a_t.defined();
+    if (ctx->needs_input_grad(4)) out[4] = column_sum(g).to(dtype("b2"));
+    // dL/dgelu(h), (padded rows, hidden), its padding rows zero; g's fp8
+    // copies freed once it is made.
+    at::Tensor ga;
+    {
+      const Cast gq = quantize(r, s2 + kGradOutput, g, want_h, want_w2);
+      if (want_w2) {
+        out[3] = at::_scaled_mm(gq.q_t, a_t.t(), inv(r, s2 + kGradOutput), inv(r, s2 + kInput),
+                                std::nullopt, std::nullopt, at::kFloat, /*use_fast_accum=*/false)
+                     .to(dtype("w2"));
+      }
+      if (!want_h) return out;
+      ga = at::_scaled_mm(gq.q, w2_t.t(), inv(r, s2 + kGradOutput), inv(r, s2 + kWeight),
+                          std::nullopt, std::nullopt, at::kBFloat16, /*use_fast_accum=*/false);
+    }
+    const int64_t hidden = ga.size(1);
+    const auto format = format_of(s1 + kGradOutput);
+    const auto f32 = ga.options().dtype(at::kFloat);
+    at::Tensor colsum, partial;
+    if (want_b1) {
+      colsum = at::empty({hidden}, f32);
+      partial = at::empty({fk::gelu_partial_rows(padded(rows), hidden, format), hidden}, f32);
+    }
+    const Cast ghq = quantize_by(
+        r, s1 + kGradOutput, rows, hidden, ga.options(), want_x, want_w1,
+        [&](const float* scale, uint8_t* o, uint8_t* o_t, float* amax, bool last) {
+          fk::quantize_gelu(h.data_ptr(), ga.data_ptr(), rows, padded(rows), hidden, scale, format,
+                            o, o_t, amax, last && want_b1 ? partial.data_ptr<float>() : nullptr,
+                            last && want_b1 ? colsum.data_ptr<float>() : nullptr, current_stream());
+        });
+    ga.reset();  // before the GEMMs' outputs are made
+    if (want_x) {
+      out[0] = at::_scaled_mm(ghq.q, w1_t.t(), inv(r, s1 + kGradOutput), inv(r, s1 + kWeight),
+                              std::nullopt, std::nullopt, at::kBFloat16, /*use_fast_accum=*/false)
+                   .narrow(0, 0, rows)
+                   .view(ctx->saved_data["x_sizes"].toIntVector())
+                   .to(dtype("x"));
+    }
+    if (want_w1) {
+      out[1] = at::_scaled_mm(ghq.q_t, x_t.t(), inv(r, s1 + kGradOutput), inv(r, s1 + kInput),
+                              std::nullopt, std::nullopt, at::kFloat, /*use_fast_accum=*/false)
+                   .to(dtype("w1"));
+    }
+    if (want_b1) out[2] = colsum.to(dtype("b1"));
+    return out;
+  }
+};
+
 }  // namespace
 
 std::string unsupported(c10::Device device) {
@@ -310,6 +443,20 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
                                   at::GradMode::is_enabled());
 }
 
+bool gelu_mlp_applies(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2) {
+  return applies(x, w1) && w2.defined() && w2.dim() == 2 && w2.device() == x.device() &&
+         w2.size(1) == w1.size(0) && w2.size(0) % 16 == 0;
+}
+
+at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1,
+                    const at::Tensor& w2, const at::Tensor& b2) {
+  TORCH_CHECK(gelu_mlp_applies(x, w1, w2), "fp8::gelu_mlp: x ", x.sizes(), ", w1 ", w1.sizes(),
+              " and w2 ", w2.sizes(),
+              " are not fp8 products (fp8 on, one GPU, widths multiples of 16)");
+  TORCH_CHECK(b1.defined() && b2.defined(), "fp8::gelu_mlp: both biases must be defined");
+  return Fp8GeluMlpFunction::apply(x, w1, b1, w2, b2, at::GradMode::is_enabled());
+}
+
 void update_scales() {
   auto& r = registry();
   const std::lock_guard<std::mutex> lock(r.mutex);
@@ -333,6 +480,14 @@ bool applies(const at::Tensor&, const at::Tensor&) { return false; }
 
 at::Tensor linear(const at::Tensor&, const at::Tensor&, const at::Tensor&) {
   TORCH_CHECK(false, "fp8::linear: ", unsupported(c10::Device(c10::kCPU)));
+  return {};
+}
+
+bool gelu_mlp_applies(const at::Tensor&, const at::Tensor&, const at::Tensor&) { return false; }
+
+at::Tensor gelu_mlp(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                    const at::Tensor&) {
+  TORCH_CHECK(false, "fp8::gelu_mlp: ", unsupported(c10::Device(c10::kCPU)));
   return {};
 }
 

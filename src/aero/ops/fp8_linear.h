@@ -90,6 +90,21 @@ bool applies(const at::Tensor& x, const at::Tensor& weight);
 // weight's, the bias's summed over rows in fp32.
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 
+// Whether gelu_mlp below takes this MLP: applies(x, w1), and w2 (out,
+// hidden) on x's GPU with w1 (hidden, in), out a multiple of 16.
+bool gelu_mlp_applies(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2);
+
+// linear(gelu(linear(x, w1, b1)), w2, b2) (exact GELU), both products in
+// fp8 as linear() makes them, as one autograd function: the same values as
+// the three apart, bitwise but for b1's gradient, summed in fp32 in another
+// order. gelu(h) is written only as the second product's e4m3 copies, by
+// the GELU pass itself; backward, h's gradient is made, cast to e5m2 and
+// summed over rows (b1's gradient) in one pass over h and dL/dgelu(h)
+// (fp8_kernels.h's quantize_gelu). Keeps h and the fp8 copies the two
+// linear()s keep. Both biases defined.
+at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1,
+                    const at::Tensor& w2, const at::Tensor& b2);
+
 // Enters every tensor's amax since the last call into its history and
 // remakes its scale, in one launch on the current stream; nothing when fp8
 // is off or no Linear has run yet.

@@ -469,8 +469,9 @@ at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor&
                     const at::Tensor& w2, const at::Tensor& b2, const at::Tensor& residual,
                     bool keep_gelu) {
   TORCH_CHECK(b1.defined() && b2.defined(), "gelu_mlp: both biases must be defined");
-  if (fp8::applies(x, w1)) {  // the two Linears apart, each in fp8 where it can be
-    const auto y = linear(at::gelu(linear(x, w1, b1)), w2, b2);
+  if (fp8::applies(x, w1)) {  // in fp8: one function where both products are, else apart
+    const auto y = fp8::gelu_mlp_applies(x, w1, w2) ? fp8::gelu_mlp(x, w1, b1, w2, b2)
+                                                    : linear(at::gelu(linear(x, w1, b1)), w2, b2);
     return residual.defined() ? y + residual : y;
   }
   const bool with = residual.defined();

@@ -49,7 +49,10 @@ at::Tensor gelu_linear(const at::Tensor& h, const at::Tensor& weight, const at::
 // recomputed in the backward), the same ops and so on the CPU the same
 // values bitwise; on CUDA for bf16 the backward's GELU pass also sums h's
 // gradient into b1's (gelu_kernels.h), which then differs from the two
-// apart by fp32 summation order alone. Both biases defined.
+// apart by fp32 summation order alone. Under precision: fp8, where
+// fp8::applies(x, w1): fp8::gelu_mlp (fp8_linear.h) where it takes the
+// MLP, else the Linears apart (each in fp8 where it can be), the residual
+// added after. Both biases defined.
 at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1,
                     const at::Tensor& w2, const at::Tensor& b2);
 

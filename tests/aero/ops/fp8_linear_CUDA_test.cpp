@@ -4,8 +4,9 @@
 // it records and the scales delayed scaling makes of them; an overflowing
 // step leaving the scales alone; which products it takes, and which parts
 // of a model numerics.fp8_exclude keeps in bf16; and the whole
-// Transolver in fp8 against fp32, beside bf16; the cast kernel byte for
-// byte against PyTorch's own cast.
+// Transolver in fp8 against fp32, beside bf16; the cast kernels byte for
+// byte against PyTorch's own cast (of ATen's GELU and GELU backward for
+// the fused ones), and the fused fp8 MLP against its ops apart.
 #include "aero/model/transolver/transolver.h"
 #include "aero/ops/fp8_linear.h"
 #include "aero/ops/linear.h"
@@ -404,6 +405,155 @@ TEST(Fp8LinearCudaTest, TheCastMatchesTorchsCastByteForByte_CUDA) {
     }
   }
 #endif
+}
+
+// The casts of gelu(h) and of GELU's backward against ATen's gelu and
+// gelu_backward, then PyTorch's cast, byte for byte (both copies, the
+// padding rows zero, the amax), and the backward's column sums against
+// PyTorch's sum of ATen's gradient. h has values off the kernels' GELU
+// table (zeros, tiny, beyond 32); the last shape has more row tiles than a
+// block strip's share of the grid.
+TEST(Fp8LinearCudaTest, GeluCastsMatchAtensGeluThenTheCastByteForByte_CUDA) {
+  SKIP_WITHOUT_FP8();
+#ifndef SLIPSTREAM_TEST_FP8_KERNELS
+  GTEST_SKIP() << "built without the fp8 kernels";
+#else
+  namespace fk = fp8_kernels;
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  const auto stream = at::cuda::getCurrentCUDAStream().stream();
+  torch::manual_seed(12);
+  for (const auto [rows, cols] :
+       {std::pair<int64_t, int64_t>{1000, 48}, {333, 256}, {64, 24}, {4099, 1024}, {70001, 1792}}) {
+    const int64_t rows_out = (rows + 15) / 16 * 16;
+    auto h = torch::randn({rows, cols}, cuda) * 2;
+    h.view({-1}).narrow(0, 0, 7).copy_(
+        torch::tensor({0.f, 1e-6f, -3e-7f, 40.f, -40.f, 1e4f, -6.f}, cuda));
+    h = h.to(torch::kBFloat16);
+    const auto g = (torch::randn({rows, cols}, cuda) * 1e-3).to(torch::kBFloat16);
+    for (const bool backward : {false, true}) {
+      const auto v = backward ? at::gelu_backward(g, h) : at::gelu(h);
+      for (const auto format : {fk::Format::kE4M3, fk::Format::kE5M2}) {
+        const auto label = std::string(backward ? "backward " : "forward ") + "format " +
+                           std::to_string(static_cast<int>(format)) + " " + std::to_string(rows) +
+                           "x" + std::to_string(cols);
+        ASSERT_TRUE(
+            fk::gelu_supported(rows_out, cols, h.data_ptr(), g.data_ptr(), nullptr, nullptr))
+            << label;
+        const float amax_ref = v.abs().max().to(torch::kFloat).item<float>();
+        const float limit = fk::max_finite(format);
+        const auto scale =
+            torch::full({1}, 0.5f * limit / amax_ref * 16.f, cuda.dtype(torch::kFloat));
+        const auto fp8_dtype =
+            format == fk::Format::kE4M3 ? torch::kFloat8_e4m3fn : torch::kFloat8_e5m2;
+        auto ref = torch::zeros({rows_out, cols}, cuda.dtype(fp8_dtype));
+        ref.narrow(0, 0, rows)
+            .copy_((v.to(torch::kFloat) * scale).clamp(-limit, limit).to(fp8_dtype));
+        auto q = torch::full({rows_out, cols}, 7, cuda.dtype(torch::kUInt8));
+        auto q_t = torch::full({cols, rows_out}, 7, cuda.dtype(torch::kUInt8));
+        auto amax = torch::zeros({1}, cuda.dtype(torch::kFloat));
+        auto colsum = torch::full({cols}, 7.f, cuda.dtype(torch::kFloat));
+        auto partial =
+            torch::empty({fk::gelu_partial_rows(rows_out, cols, format), cols}, colsum.options());
+        fk::quantize_gelu(h.data_ptr(), backward ? g.data_ptr() : nullptr, rows, rows_out, cols,
+                          scale.data_ptr<float>(), format, q.data_ptr<uint8_t>(),
+                          q_t.data_ptr<uint8_t>(), amax.data_ptr<float>(),
+                          backward ? partial.data_ptr<float>() : nullptr,
+                          backward ? colsum.data_ptr<float>() : nullptr, stream);
+        const auto ref_bytes = ref.view(torch::kUInt8);
+        EXPECT_TRUE(torch::equal(q, ref_bytes))
+            << label << ": " << q.ne(ref_bytes).sum().item<int64_t>() << " bytes differ";
+        EXPECT_TRUE(torch::equal(q_t, ref_bytes.t().contiguous())) << label << " (transposed)";
+        EXPECT_EQ(amax.item<float>(), amax_ref) << label;
+        if (backward) {
+          const auto vf = v.to(torch::kFloat);
+          const auto ref_sum = vf.sum(0);
+          const float tol = 1e-5f * vf.abs().sum(0).max().item<float>();
+          EXPECT_LE((colsum - ref_sum).abs().max().item<float>(), tol) << label << " (sums)";
+        }
+      }
+    }
+  }
+  // The kernel's preconditions are checked, not assumed.
+  const auto odd = torch::zeros({32, 20}, cuda.dtype(torch::kBFloat16));
+  auto amax = torch::zeros({1}, cuda.dtype(torch::kFloat));
+  EXPECT_FALSE(fk::gelu_supported(32, 20, odd.data_ptr(), nullptr, nullptr, nullptr));
+  EXPECT_THROW(fk::quantize_gelu(odd.data_ptr(), nullptr, 32, 32, 20, amax.data_ptr<float>(),
+                                 fk::Format::kE4M3, nullptr, nullptr, amax.data_ptr<float>(),
+                                 nullptr, nullptr, stream),
+               std::invalid_argument);
+#endif
+}
+
+struct MlpRun {
+  torch::Tensor y, gx, gw1, gb1, gw2, gb2;
+  fp8::State s1, s2;
+};
+
+// Two steps of linear(gelu(linear(x, w1, b1)), w2, b2) in fp8, fused (one
+// function) or as the three ops apart, from a fresh scaling state: the
+// second step's output and the gradients of sum(y * up), and the weights'
+// scaling states after it.
+MlpRun run_fp8_mlp(const torch::Tensor& x_in, const torch::Tensor& w1_in,
+                   const torch::Tensor& b1_in, const torch::Tensor& w2_in,
+                   const torch::Tensor& b2_in, const torch::Tensor& up, bool fused) {
+  const Fp8On on;
+  auto x = x_in.detach().clone().requires_grad_(true);
+  auto w1 = w1_in.detach().clone().requires_grad_(true);
+  auto b1 = b1_in.detach().clone().requires_grad_(true);
+  auto w2 = w2_in.detach().clone().requires_grad_(true);
+  auto b2 = b2_in.detach().clone().requires_grad_(true);
+  torch::Tensor y;
+  for (int step = 0; step < 2; ++step) {
+    for (auto* t : {&x, &w1, &b1, &w2, &b2}) t->mutable_grad() = torch::Tensor();
+    fp8::update_scales();
+    y = fused ? fp8::gelu_mlp(x, w1, b1, w2, b2)
+              : fp8::linear(torch::gelu(fp8::linear(x, w1, b1)), w2, b2);
+    (y.to(torch::kFloat) * up).sum().backward();
+  }
+  return {y.detach(), x.grad(),  w1.grad(),         b1.grad(),
+          w2.grad(),  b2.grad(), fp8::state_of(w1), fp8::state_of(w2)};
+}
+
+// The fused fp8 MLP against its three ops apart (the GeoTransolver's
+// widths, rows not a multiple of 16, two steps so that the second runs on
+// delayed scales): the same output, x's and the weights' gradients, b2's
+// and the scaling states bitwise; b1's gradient to fp32 summation order.
+TEST(Fp8LinearCudaTest, TheFusedMlpMatchesItsOpsApart_CUDA) {
+  SKIP_WITHOUT_FP8();
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(13);
+  const int64_t rows = 20005, in = 448, hidden = 1792;
+  const auto x = torch::randn({rows, in}, cuda).to(torch::kBFloat16);
+  const auto w1 = torch::randn({hidden, in}, cuda) / std::sqrt(double(in));
+  const auto b1 = torch::randn({hidden}, cuda) * 0.1;
+  const auto w2 = torch::randn({in, hidden}, cuda) / std::sqrt(double(hidden));
+  const auto b2 = torch::randn({in}, cuda) * 0.1;
+  const auto up = torch::randn({rows, in}, cuda);
+  {
+    const Fp8On on;
+    ASSERT_TRUE(fp8::gelu_mlp_applies(x, w1, w2));
+  }
+  const auto fused = run_fp8_mlp(x, w1, b1, w2, b2, up, true);
+  const auto apart = run_fp8_mlp(x, w1, b1, w2, b2, up, false);
+  EXPECT_TRUE(torch::equal(fused.y, apart.y));
+  EXPECT_TRUE(torch::equal(fused.gx, apart.gx));
+  EXPECT_TRUE(torch::equal(fused.gw1, apart.gw1));
+  EXPECT_TRUE(torch::equal(fused.gw2, apart.gw2));
+  EXPECT_TRUE(torch::equal(fused.gb2, apart.gb2));
+  EXPECT_LE(relative_error(fused.gb1, apart.gb1), 1e-5);
+  for (const auto& [a, b] : {std::pair{&fused.s1, &apart.s1}, std::pair{&fused.s2, &apart.s2}}) {
+    EXPECT_TRUE(torch::equal(a->amax, b->amax));
+    EXPECT_TRUE(torch::equal(a->history, b->history));
+    EXPECT_TRUE(torch::equal(a->scale, b->scale));
+  }
+  // No gradient asked for: nothing kept, the same output.
+  {
+    const Fp8On on;
+    const torch::NoGradGuard no_grad;
+    const auto y = fp8::gelu_mlp(x, w1, b1, w2, b2);
+    const auto y_apart = fp8::linear(torch::gelu(fp8::linear(x, w1, b1)), w2, b2);
+    EXPECT_TRUE(torch::equal(y, y_apart));
+  }
 }
 
 }  // namespace
