@@ -21,6 +21,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "aero/kernels/fp8_kernels.h"
+#include "aero/ops/lt_matmul.h"
 #endif
 
 namespace slipstream::aero::fp8 {
@@ -209,6 +210,32 @@ std::optional<at::Tensor> bias_of(const at::Tensor& bias) {
                           : std::optional<at::Tensor>();
 }
 
+// The first `rows` rows of a b (a's rows padded as quantize pads them),
+// plus c (rows, b's columns) where defined, as _scaled_mm makes the
+// product: on cuBLASLt with c read by the GEMM's epilogue (beta 1, the sum
+// rounded once) where lt_matmul::scaled_mm takes it, else _scaled_mm and
+// c added apart. Products without c run on _scaled_mm.
+at::Tensor product(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
+                   const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
+                   const at::Tensor& c, int64_t rows, at::ScalarType dtype, bool fast_accum) {
+  if (c.defined()) {
+    at::Tensor out;
+    if (lt_matmul::scaled_mm(a.narrow(0, 0, rows), b, scale_a, scale_b, bias ? *bias : at::Tensor(),
+                             c, out, dtype, fast_accum)) {
+      return out;
+    }
+  }
+  auto y = at::_scaled_mm(a, b, scale_a, scale_b, bias, std::nullopt, dtype, fast_accum)
+               .narrow(0, 0, rows);
+  return c.defined() ? y + c : y;
+}
+
+// An optional tensor argument as an autograd function takes it (its inputs
+// are defined tensors): the empty tensor for none.
+at::Tensor or_empty(const at::Tensor& t, const at::Tensor& like) {
+  return t.defined() ? t : at::empty({0}, like.options());
+}
+
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
@@ -216,8 +243,9 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
  public:
   // grad: grad mode was on at the call (inside forward it is off), so
   // that a no-grad forward keeps no transposed copies.
+  // residual: added to the output (the empty tensor: nothing added).
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            const at::Tensor& bias, bool grad) {
+                            const at::Tensor& bias, const at::Tensor& residual, bool grad) {
     const c10::cuda::CUDAGuard guard(x.device());
     auto& r = registry();
     const std::lock_guard<std::mutex> lock(r.mutex);
@@ -227,10 +255,12 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     // weight transposed (input gradient).
     const Cast xq = quantize(r, slot + kInput, x2, true, grad && weight.requires_grad());
     const Cast wq = quantize(r, slot + kWeight, w, true, grad && x.requires_grad());
-    auto y = at::_scaled_mm(xq.q, wq.q.t(), inv(r, slot + kInput), inv(r, slot + kWeight),
-                            bias_of(bias), std::nullopt, at::kBFloat16,
-                            /*use_fast_accum=*/true);
-    y = y.narrow(0, 0, x2.size(0));  // the padding rows' products dropped
+    const bool with = residual.numel() > 0;
+    // The padding rows' products dropped.
+    const auto y = product(xq.q, wq.q.t(), inv(r, slot + kInput), inv(r, slot + kWeight),
+                           bias_of(bias), with ? as_matrix(residual) : at::Tensor(), x2.size(0),
+                           at::kBFloat16, /*fast_accum=*/true);
+    ctx->saved_data["residual"] = with;
     ctx->save_for_backward({xq.q_t, wq.q_t});
     ctx->saved_data["slot"] = slot;
     ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
@@ -244,8 +274,9 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    variable_list out(4);
+    variable_list out(5);
     if (!grads[0].defined()) return out;
+    if (ctx->saved_data["residual"].toBool()) out[3] = grads[0];
     const auto saved = ctx->get_saved_variables();
     const auto &x_t = saved[0], &w_t = saved[1];
     const int64_t slot = ctx->saved_data["slot"].toInt();
@@ -274,7 +305,90 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
       out[1] = gw.to(dtype("w_dtype"));
     }
     if (ctx->needs_input_grad(2) && ctx->saved_data["bias"].toBool()) {
-      out[2] = column_sum(g).to(dtype("b_dtype"));
+      out[2] = bias_gradient(grads[0], g, dtype("b_dtype"));
+    }
+    return out;
+  }
+};
+
+// linear(x, w1, b1) and linear(x, w2, b2) of one x, both as
+// Fp8LinearFunction makes them from one e4m3 copy of x (and its
+// transpose), at the first Linear's input scale: the second's input slot
+// stays unused (its amax history would be the same). Backward, x's
+// gradient is g1 w1 with g2 w2 added by the second GEMM's epilogue.
+class Fp8LinearPairFunction : public torch::autograd::Function<Fp8LinearPairFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w1,
+                               const at::Tensor& b1, const at::Tensor& w2, const at::Tensor& b2,
+                               bool grad) {
+    const c10::cuda::CUDAGuard guard(x.device());
+    auto& r = registry();
+    const std::lock_guard<std::mutex> lock(r.mutex);
+    const int64_t s1 = slots_of(r, w1), s2 = slots_of(r, w2);
+    const auto x2 = as_matrix(x);
+    const int64_t rows = x2.size(0);
+    const bool want_w = grad && (w1.requires_grad() || w2.requires_grad());
+    const Cast xq = quantize(r, s1 + kInput, x2, true, want_w);
+    const Cast w1q = quantize(r, s1 + kWeight, as_matrix(w1), true, grad && x.requires_grad());
+    const Cast w2q = quantize(r, s2 + kWeight, as_matrix(w2), true, grad && x.requires_grad());
+    const auto y1 = product(xq.q, w1q.q.t(), inv(r, s1 + kInput), inv(r, s1 + kWeight), bias_of(b1),
+                            {}, rows, at::kBFloat16, /*fast_accum=*/true);
+    const auto y2 = product(xq.q, w2q.q.t(), inv(r, s1 + kInput), inv(r, s2 + kWeight), bias_of(b2),
+                            {}, rows, at::kBFloat16, /*fast_accum=*/true);
+    ctx->save_for_backward({xq.q_t, w1q.q_t, w2q.q_t});
+    ctx->saved_data["s1"] = s1;
+    ctx->saved_data["s2"] = s2;
+    ctx->saved_data["x_sizes"] = x.sizes().vec();
+    for (const auto& [key, t] : {std::pair<const char*, const at::Tensor*>{"x", &x},
+                                 {"w1", &w1},
+                                 {"b1", &b1},
+                                 {"w2", &w2},
+                                 {"b2", &b2}}) {
+      ctx->saved_data[key] = static_cast<int64_t>(t->scalar_type());
+    }
+    auto sizes = x.sizes().vec();
+    sizes.back() = w1.size(0);
+    auto sizes2 = sizes;
+    sizes2.back() = w2.size(0);
+    return {y1.view(sizes), y2.view(sizes2)};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list out(6);
+    const auto saved = ctx->get_saved_variables();
+    const auto& x_t = saved[0];
+    const at::Tensor* w_t[2] = {&saved[1], &saved[2]};
+    const int64_t slot[2] = {ctx->saved_data["s1"].toInt(), ctx->saved_data["s2"].toInt()};
+    const auto dtype = [&](const char* key) {
+      return static_cast<at::ScalarType>(ctx->saved_data[key].toInt());
+    };
+    const char* w_key[2] = {"w1", "w2"};
+    const char* b_key[2] = {"b1", "b2"};
+    auto& r = registry();
+    at::Tensor gx;  // (rows, in): g1 w1, then + g2 w2
+    for (int i = 0; i < 2; ++i) {
+      if (!grads[i].defined()) continue;
+      const auto g = as_matrix(grads[i].to(at::kBFloat16));
+      const c10::cuda::CUDAGuard guard(g.device());
+      const std::lock_guard<std::mutex> lock(r.mutex);
+      const bool want_x = ctx->needs_input_grad(0) && w_t[i]->defined();
+      const bool want_w = ctx->needs_input_grad(1 + 2 * i) && x_t.defined();
+      const Cast gq = quantize(r, slot[i] + kGradOutput, g, want_x, want_w);
+      if (want_x) {
+        gx = product(gq.q, w_t[i]->t(), inv(r, slot[i] + kGradOutput), inv(r, slot[i] + kWeight),
+                     std::nullopt, gx, g.size(0), at::kBFloat16, /*fast_accum=*/false);
+      }
+      if (want_w) {
+        out[1 + 2 * i] =
+            at::_scaled_mm(gq.q_t, x_t.t(), inv(r, slot[i] + kGradOutput), inv(r, slot[0] + kInput),
+                           std::nullopt, std::nullopt, at::kFloat, /*use_fast_accum=*/false)
+                .to(dtype(w_key[i]));
+      }
+      if (ctx->needs_input_grad(2 + 2 * i))
+        out[2 + 2 * i] = bias_gradient(grads[i], g, dtype(b_key[i]));
+    }
+    if (gx.defined()) {
+      out[0] = gx.view(ctx->saved_data["x_sizes"].toIntVector()).to(dtype("x"));
     }
     return out;
   }
@@ -290,7 +404,7 @@ class Fp8GeluMlpFunction : public torch::autograd::Function<Fp8GeluMlpFunction> 
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w1,
                             const at::Tensor& b1, const at::Tensor& w2, const at::Tensor& b2,
-                            bool grad) {
+                            const at::Tensor& residual, bool grad) {
     const c10::cuda::CUDAGuard guard(x.device());
     auto& r = registry();
     const std::lock_guard<std::mutex> lock(r.mutex);
@@ -313,10 +427,11 @@ class Fp8GeluMlpFunction : public torch::autograd::Function<Fp8GeluMlpFunction> 
                                         current_stream());
                     });
     const Cast w2q = quantize(r, s2 + kWeight, as_matrix(w2), true, to_h);
-    const auto y = at::_scaled_mm(aq.q, w2q.q.t(), inv(r, s2 + kInput), inv(r, s2 + kWeight),
-                                  bias_of(b2), std::nullopt, at::kBFloat16,
-                                  /*use_fast_accum=*/true)
-                       .narrow(0, 0, rows);
+    const bool with = residual.numel() > 0;
+    const auto y = product(aq.q, w2q.q.t(), inv(r, s2 + kInput), inv(r, s2 + kWeight), bias_of(b2),
+                           with ? as_matrix(residual) : at::Tensor(), rows, at::kBFloat16,
+                           /*fast_accum=*/true);
+    ctx->saved_data["residual"] = with;
     ctx->save_for_backward({xq.q_t, w1q.q_t, aq.q_t, w2q.q_t, to_h ? h : at::Tensor()});
     ctx->saved_data["s1"] = s1;
     ctx->saved_data["s2"] = s2;
@@ -334,8 +449,9 @@ class Fp8GeluMlpFunction : public torch::autograd::Function<Fp8GeluMlpFunction> 
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    variable_list out(6);
+    variable_list out(7);
     if (!grads[0].defined()) return out;
+    if (ctx->saved_data["residual"].toBool()) out[5] = grads[0];
     const auto saved = ctx->get_saved_variables();
     const auto &x_t = saved[0], &w1_t = saved[1], &a_t = saved[2], &w2_t = saved[3], &h = saved[4];
     const int64_t s1 = ctx->saved_data["s1"].toInt(), s2 = ctx->saved_data["s2"].toInt();
@@ -352,7 +468,7 @@ class Fp8GeluMlpFunction : public torch::autograd::Function<Fp8GeluMlpFunction> 
     const bool want_b1 = ctx->needs_input_grad(2) && h.defined();
     const bool want_h = h.defined() && w2_t.defined() && (want_x || want_w1 || want_b1);
     const bool want_w2 = ctx->needs_input_grad(3) && a_t.defined();
-    if (ctx->needs_input_grad(4)) out[4] = column_sum(g).to(dtype("b2"));
+    if (ctx->needs_input_grad(4)) out[4] = bias_gradient(grads[0], g, dtype("b2"));
     // dL/dgelu(h), (padded rows, hidden), its padding rows zero; g's fp8
     // copies freed once it is made.
     at::Tensor ga;
@@ -435,12 +551,33 @@ bool applies(const at::Tensor& x, const at::Tensor& weight) {
   return weight.size(0) % 16 == 0 && weight.size(1) % 16 == 0;
 }
 
-at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                  const at::Tensor& residual) {
   TORCH_CHECK(applies(x, weight), "fp8::linear: x ", x.sizes(), " and weight ", weight.sizes(),
               " are not an fp8 product (fp8 on, one GPU, widths multiples of 16)");
-  return Fp8LinearFunction::apply(x, weight,
-                                  bias.defined() ? bias : at::empty({0}, weight.options()),
+  if (residual.defined()) {
+    auto sizes = x.sizes().vec();
+    sizes.back() = weight.size(0);
+    TORCH_CHECK(residual.sizes() == at::IntArrayRef(sizes), "fp8::linear: the residual ",
+                residual.sizes(), " is not the output's shape ", at::IntArrayRef(sizes));
+  }
+  return Fp8LinearFunction::apply(x, weight, or_empty(bias, weight), or_empty(residual, x),
                                   at::GradMode::is_enabled());
+}
+
+bool linear_pair_applies(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2) {
+  return applies(x, w1) && applies(x, w2);
+}
+
+std::pair<at::Tensor, at::Tensor> linear_pair(const at::Tensor& x, const at::Tensor& w1,
+                                              const at::Tensor& b1, const at::Tensor& w2,
+                                              const at::Tensor& b2) {
+  TORCH_CHECK(linear_pair_applies(x, w1, w2), "fp8::linear_pair: x ", x.sizes(), ", w1 ",
+              w1.sizes(), " and w2 ", w2.sizes(),
+              " are not fp8 products (fp8 on, one GPU, widths multiples of 16)");
+  TORCH_CHECK(b1.defined() && b2.defined(), "fp8::linear_pair: both biases must be defined");
+  auto y = Fp8LinearPairFunction::apply(x, w1, b1, w2, b2, at::GradMode::is_enabled());
+  return {y[0], y[1]};
 }
 
 bool gelu_mlp_applies(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2) {
@@ -449,12 +586,19 @@ bool gelu_mlp_applies(const at::Tensor& x, const at::Tensor& w1, const at::Tenso
 }
 
 at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1,
-                    const at::Tensor& w2, const at::Tensor& b2) {
+                    const at::Tensor& w2, const at::Tensor& b2, const at::Tensor& residual) {
   TORCH_CHECK(gelu_mlp_applies(x, w1, w2), "fp8::gelu_mlp: x ", x.sizes(), ", w1 ", w1.sizes(),
               " and w2 ", w2.sizes(),
               " are not fp8 products (fp8 on, one GPU, widths multiples of 16)");
   TORCH_CHECK(b1.defined() && b2.defined(), "fp8::gelu_mlp: both biases must be defined");
-  return Fp8GeluMlpFunction::apply(x, w1, b1, w2, b2, at::GradMode::is_enabled());
+  if (residual.defined()) {
+    auto sizes = x.sizes().vec();
+    sizes.back() = w2.size(0);
+    TORCH_CHECK(residual.sizes() == at::IntArrayRef(sizes), "fp8::gelu_mlp: the residual ",
+                residual.sizes(), " is not the output's shape ", at::IntArrayRef(sizes));
+  }
+  return Fp8GeluMlpFunction::apply(x, w1, b1, w2, b2, or_empty(residual, x),
+                                   at::GradMode::is_enabled());
 }
 
 void update_scales() {
@@ -478,15 +622,24 @@ std::string unsupported(c10::Device device) {
 
 bool applies(const at::Tensor&, const at::Tensor&) { return false; }
 
-at::Tensor linear(const at::Tensor&, const at::Tensor&, const at::Tensor&) {
+at::Tensor linear(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&) {
   TORCH_CHECK(false, "fp8::linear: ", unsupported(c10::Device(c10::kCPU)));
+  return {};
+}
+
+bool linear_pair_applies(const at::Tensor&, const at::Tensor&, const at::Tensor&) { return false; }
+
+std::pair<at::Tensor, at::Tensor> linear_pair(const at::Tensor&, const at::Tensor&,
+                                              const at::Tensor&, const at::Tensor&,
+                                              const at::Tensor&) {
+  TORCH_CHECK(false, "fp8::linear_pair: ", unsupported(c10::Device(c10::kCPU)));
   return {};
 }
 
 bool gelu_mlp_applies(const at::Tensor&, const at::Tensor&, const at::Tensor&) { return false; }
 
 at::Tensor gelu_mlp(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                    const at::Tensor&) {
+                    const at::Tensor&, const at::Tensor&) {
   TORCH_CHECK(false, "fp8::gelu_mlp: ", unsupported(c10::Device(c10::kCPU)));
   return {};
 }

@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace slipstream::aero::fp8 {
@@ -84,11 +85,29 @@ bool enabled();
 // path runs.
 bool applies(const at::Tensor& x, const at::Tensor& weight);
 
-// x (..., in) weight^T (out, in) + bias (out, or undefined): (..., out)
-// bf16, one autograd function whose three GEMMs run in fp8 as above.
-// Gradients: x's in x's dtype, weight's (fp32 from the GEMM) in the
-// weight's, the bias's summed over rows in fp32.
-at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+// x (..., in) weight^T (out, in) + bias (out, or undefined) [+ residual
+// (..., out)]: (..., out) bf16, one autograd function whose three GEMMs run
+// in fp8 as above. The residual, where given, is added by the GEMM's
+// epilogue (cuBLASLt, lt_matmul::scaled_mm; the sum rounded to bf16 once)
+// where it takes the product, else after it. Gradients: x's in x's dtype,
+// weight's (fp32 from the GEMM) in the weight's, the bias's summed over
+// rows in fp32 (or the sums a LayerNorm's backward offered, linear.h), the
+// residual's the output's.
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                  const at::Tensor& residual = {});
+
+// Whether linear_pair below takes these products: applies() to both.
+bool linear_pair_applies(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2);
+
+// {linear(x, w1, b1), linear(x, w2, b2)} as one autograd function: x cast
+// to e4m3 once (at w1's input scale), for both products and both weight
+// gradients; x's gradient is g1 w1 with g2 w2 added by the second GEMM's
+// epilogue where cuBLASLt takes it. Outputs and weight gradients bitwise
+// the two apart (x's scale is the same: its amax history is w1's); x's
+// gradient rounded to bf16 once rather than twice. Both biases defined.
+std::pair<at::Tensor, at::Tensor> linear_pair(const at::Tensor& x, const at::Tensor& w1,
+                                              const at::Tensor& b1, const at::Tensor& w2,
+                                              const at::Tensor& b2);
 
 // Whether gelu_mlp below takes this MLP: applies(x, w1), and w2 (out,
 // hidden) on x's GPU with w1 (hidden, in), out a multiple of 16.
@@ -101,9 +120,10 @@ bool gelu_mlp_applies(const at::Tensor& x, const at::Tensor& w1, const at::Tenso
 // the GELU pass itself; backward, h's gradient is made, cast to e5m2 and
 // summed over rows (b1's gradient) in one pass over h and dL/dgelu(h)
 // (fp8_kernels.h's quantize_gelu). Keeps h and the fp8 copies the two
-// linear()s keep. Both biases defined.
+// linear()s keep. Both biases defined; residual, where given, added by the
+// second product as linear() adds it.
 at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1,
-                    const at::Tensor& w2, const at::Tensor& b2);
+                    const at::Tensor& w2, const at::Tensor& b2, const at::Tensor& residual = {});
 
 // Enters every tensor's amax since the last call into its history and
 // remakes its scale, in one launch on the current stream; nothing when fp8

@@ -433,6 +433,10 @@ at::Tensor offered_column_sums(const at::Tensor& grad) {
   return {};
 }
 
+at::Tensor bias_gradient(const at::Tensor& grad, const at::Tensor& g, at::ScalarType dtype) {
+  return bias_grad(grad, g, dtype);
+}
+
 int64_t offered_column_sums_used() { return offers_used.load(std::memory_order_relaxed); }
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
@@ -443,7 +447,8 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
 
 at::Tensor linear_residual(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                            const at::Tensor& residual) {
-  if (!residual.defined() || fp8::applies(x, weight)) {
+  if (fp8::applies(x, weight)) return fp8::linear(x, weight, bias, residual);
+  if (!residual.defined()) {
     const auto y = linear(x, weight, bias);
     return residual.defined() ? y + residual : y;
   }
@@ -455,6 +460,7 @@ std::pair<at::Tensor, at::Tensor> linear_pair(const at::Tensor& x, const at::Ten
                                               const at::Tensor& b1, const at::Tensor& w2,
                                               const at::Tensor& b2) {
   TORCH_CHECK(b1.defined() && b2.defined(), "linear_pair: both biases must be defined");
+  if (fp8::linear_pair_applies(x, w1, w2)) return fp8::linear_pair(x, w1, b1, w2, b2);
   if (fp8::applies(x, w1) || fp8::applies(x, w2)) return {linear(x, w1, b1), linear(x, w2, b2)};
   auto y = LinearPairFunction::apply(x, w1, b1, w2, b2);
   return {y[0], y[1]};
@@ -469,10 +475,9 @@ at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor&
                     const at::Tensor& w2, const at::Tensor& b2, const at::Tensor& residual,
                     bool keep_gelu) {
   TORCH_CHECK(b1.defined() && b2.defined(), "gelu_mlp: both biases must be defined");
-  if (fp8::applies(x, w1)) {  // in fp8: one function where both products are, else apart
-    const auto y = fp8::gelu_mlp_applies(x, w1, w2) ? fp8::gelu_mlp(x, w1, b1, w2, b2)
-                                                    : linear(at::gelu(linear(x, w1, b1)), w2, b2);
-    return residual.defined() ? y + residual : y;
+  if (fp8::gelu_mlp_applies(x, w1, w2)) return fp8::gelu_mlp(x, w1, b1, w2, b2, residual);
+  if (fp8::applies(x, w1)) {  // the second product in bf16: the two apart
+    return linear_residual(at::gelu(linear(x, w1, b1)), w2, b2, residual);
   }
   const bool with = residual.defined();
   return GeluMlpFunction::apply(x, w1, b1, w2, b2, with ? residual : x, with, keep_gelu);

@@ -51,8 +51,8 @@ at::Tensor gelu_linear(const at::Tensor& h, const at::Tensor& weight, const at::
 // gradient into b1's (gelu_kernels.h), which then differs from the two
 // apart by fp32 summation order alone. Under precision: fp8, where
 // fp8::applies(x, w1): fp8::gelu_mlp (fp8_linear.h) where it takes the
-// MLP, else the Linears apart (each in fp8 where it can be), the residual
-// added after. Both biases defined.
+// MLP, else the Linears apart (each in fp8 where it can be). Both biases
+// defined.
 at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1,
                     const at::Tensor& w2, const at::Tensor& b2);
 
@@ -85,6 +85,11 @@ void offer_column_sums(const at::Tensor& grad, const at::Tensor& sums);
 
 // The sums offered for `grad`, or an undefined tensor.
 at::Tensor offered_column_sums(const at::Tensor& grad);
+
+// A Linear's bias gradient, as `dtype`: the sums offered for `grad` (its
+// output's gradient as autograd passed it in), taking the offer, else
+// column_sum(g), g being grad's values as a (rows, out) matrix.
+at::Tensor bias_gradient(const at::Tensor& grad, const at::Tensor& g, at::ScalarType dtype);
 
 // How many times a Linear's backward took offered sums (for tests).
 int64_t offered_column_sums_used();

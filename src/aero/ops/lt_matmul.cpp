@@ -5,6 +5,10 @@
 
 #if defined(SLIPSTREAM_WITH_CUDA) && TORCH_VERSION_MAJOR >= 2
 #define SLIPSTREAM_LT_MATMUL 1
+// fp8 tensors: LibTorch 2.1 and later.
+#if TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 1
+#define SLIPSTREAM_LT_FP8 1
+#endif
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cublasLt.h>
@@ -44,20 +48,25 @@ int alignment(const void* p) {
 
 // One column-major cuBLASLt problem: D (m, n) = op(A) op(B) + beta C, with
 // an epilogue and its vector (the bias).
+// fp8 products (a_type, b_type fp8) take each operand's scale by device
+// pointer, and their types' own rules: A transposed, B not.
 struct Problem {
   cublasOperation_t ta, tb;
   int64_t m, n, k, lda, ldb, ldd;
-  cudaDataType_t ab_type, d_type;
+  cudaDataType_t a_type, b_type, d_type;
   cublasLtEpilogue_t epilogue;
   const void *a, *b, *c;
   void* d;
   void* vec;
   float beta;
+  const float* a_scale = nullptr;
+  const float* b_scale = nullptr;
+  bool fast_accum = false;
 
   auto key(int device) const {
-    return std::make_tuple(device, int(ta), int(tb), m, n, k, lda, ldb, ldd, int(ab_type),
-                           int(d_type), int(epilogue), alignment(a), alignment(b), alignment(c),
-                           alignment(d), beta != 0.f, int(mode()));
+    return std::make_tuple(device, int(ta), int(tb), m, n, k, lda, ldb, ldd, int(a_type),
+                           int(b_type), int(d_type), int(epilogue), alignment(a), alignment(b),
+                           alignment(c), alignment(d), beta != 0.f, fast_accum, int(mode()));
   }
 };
 
@@ -263,12 +272,24 @@ bool run(const Problem& p, int device, const at::Tensor& out, const AtenGemm* at
                                          sizeof(p.vec)),
           "setting the epilogue's vector");
   }
+  if (p.a_scale != nullptr) {
+    const int8_t fast = p.fast_accum ? 1 : 0;
+    check(cublasLtMatmulDescSetAttribute(op.h, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &p.a_scale,
+                                         sizeof(p.a_scale)),
+          "setting A's scale");
+    check(cublasLtMatmulDescSetAttribute(op.h, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &p.b_scale,
+                                         sizeof(p.b_scale)),
+          "setting B's scale");
+    check(
+        cublasLtMatmulDescSetAttribute(op.h, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)),
+        "setting fast accumulation");
+  }
   // Stored shapes: op(A) is (m, k), op(B) (k, n).
   const bool ta = p.ta == CUBLAS_OP_T, tb = p.tb == CUBLAS_OP_T;
   Layouts l;
-  check(cublasLtMatrixLayoutCreate(&l.a.h, p.ab_type, ta ? p.k : p.m, ta ? p.m : p.k, p.lda),
+  check(cublasLtMatrixLayoutCreate(&l.a.h, p.a_type, ta ? p.k : p.m, ta ? p.m : p.k, p.lda),
         "the layout of A");
-  check(cublasLtMatrixLayoutCreate(&l.b.h, p.ab_type, tb ? p.n : p.k, tb ? p.k : p.n, p.ldb),
+  check(cublasLtMatrixLayoutCreate(&l.b.h, p.b_type, tb ? p.n : p.k, tb ? p.k : p.n, p.ldb),
         "the layout of B");
   check(cublasLtMatrixLayoutCreate(&l.c.h, p.d_type, p.m, p.n, p.ldd), "the layout of C");
   check(cublasLtMatrixLayoutCreate(&l.d.h, p.d_type, p.m, p.n, p.ldd), "the layout of D");
@@ -300,9 +321,9 @@ struct Operand {
   bool ok = false;
 };
 
-Operand operand(const at::Tensor& t) {
+Operand operand(const at::Tensor& t, at::ScalarType type = at::kBFloat16) {
   Operand o;
-  if (!t.defined() || !t.is_cuda() || t.scalar_type() != at::kBFloat16 || t.dim() != 2 ||
+  if (!t.defined() || !t.is_cuda() || t.scalar_type() != type || t.dim() != 2 ||
       reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) {
     return o;
   }
@@ -313,7 +334,7 @@ Operand operand(const at::Tensor& t) {
   } else {
     return o;
   }
-  o.ok = o.ld % 8 == 0 && o.ld > 0;
+  o.ok = o.ld % (c10::elementSize(type) == 1 ? 16 : 8) == 0 && o.ld > 0;
   return o;
 }
 
@@ -343,7 +364,8 @@ bool gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias, cons
   Problem p{};
   p.ta = ob.op, p.tb = oa.op;
   p.m = cols, p.n = rows, p.k = inner, p.lda = ob.ld, p.ldb = oa.ld, p.ldd = cols;
-  p.ab_type = CUDA_R_16BF, p.d_type = out_dtype == at::kFloat ? CUDA_R_32F : CUDA_R_16BF;
+  p.a_type = p.b_type = CUDA_R_16BF;
+  p.d_type = out_dtype == at::kFloat ? CUDA_R_32F : CUDA_R_16BF;
   p.epilogue = bias.defined() ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
   p.a = b.data_ptr(), p.b = a.data_ptr(), p.d = result.data_ptr();
   p.c = c.defined() ? c.data_ptr() : result.data_ptr();
@@ -369,6 +391,23 @@ bool gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias, cons
   out = result;
   return true;
 }
+
+#ifdef SLIPSTREAM_LT_FP8
+cudaDataType_t fp8_type(at::ScalarType t) {
+  return t == at::ScalarType::Float8_e5m2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3;
+}
+
+bool fp8_operand(const at::Tensor& t) {
+  return t.defined() && (t.scalar_type() == at::ScalarType::Float8_e4m3fn ||
+                         t.scalar_type() == at::ScalarType::Float8_e5m2);
+}
+
+bool scale_on(const at::Tensor& s, const at::Tensor& like) {
+  return s.defined() && s.is_cuda() && s.get_device() == like.get_device() &&
+         s.scalar_type() == at::kFloat && s.numel() == 1 &&
+         reinterpret_cast<uintptr_t>(s.data_ptr()) % 16 == 0;
+}
+#endif
 
 }  // namespace
 
@@ -414,6 +453,62 @@ bool linear_residual(const at::Tensor& x, const at::Tensor& w, const at::Tensor&
   return true;
 }
 
+#ifdef SLIPSTREAM_LT_FP8
+bool scaled_mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
+               const at::Tensor& scale_b, const at::Tensor& bias, const at::Tensor& c,
+               at::Tensor& out, at::ScalarType out_dtype, bool fast_accum) {
+  if (!c.defined() && !bias.defined() && mode() == Mode::aten) return false;
+  if (!fp8_operand(a) || !fp8_operand(b) || !a.is_cuda() || a.get_device() != b.get_device()) {
+    return false;
+  }
+  const auto oa = operand(a, a.scalar_type()), ob = operand(b, b.scalar_type());
+  // The fp8 GEMMs' layout: the contracted dimension contiguous in both.
+  if (!oa.ok || !ob.ok || oa.op != CUBLAS_OP_N || ob.op != CUBLAS_OP_T) return false;
+  if (a.scalar_type() == at::ScalarType::Float8_e5m2 &&
+      b.scalar_type() == at::ScalarType::Float8_e5m2) {
+    return false;
+  }
+  const int64_t rows = a.size(0), inner = a.size(1), cols = b.size(1);
+  if (b.size(0) != inner || rows == 0 || inner % 16 != 0 || cols % 16 != 0) return false;
+  if (!scale_on(scale_a, a) || !scale_on(scale_b, a)) return false;
+  if (out_dtype != at::kBFloat16 && out_dtype != at::kFloat) return false;
+  if (bias.defined() && (out_dtype != at::kBFloat16 || !bf16_cuda(bias) || bias.numel() != cols)) {
+    return false;
+  }
+  const auto fits = [&](const at::Tensor& t) {
+    return t.is_cuda() && t.get_device() == a.get_device() && t.scalar_type() == out_dtype &&
+           t.is_contiguous() && t.dim() == 2 && t.size(0) == rows && t.size(1) == cols &&
+           reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+  };
+  if (c.defined() && !fits(c)) return false;
+  if (out.defined() && !fits(out)) return false;
+  const c10::cuda::CUDAGuard guard(a.device());
+  auto result = out.defined() ? out : at::empty({rows, cols}, a.options().dtype(out_dtype));
+  // Row-major out (rows, cols) is column-major (cols, rows) = b^T a^T: b's
+  // memory is cuBLASLt's A (op T), a's its B (op N).
+  Problem p{};
+  p.ta = CUBLAS_OP_T, p.tb = CUBLAS_OP_N;
+  p.m = cols, p.n = rows, p.k = inner, p.lda = ob.ld, p.ldb = oa.ld, p.ldd = cols;
+  p.a_type = fp8_type(b.scalar_type()), p.b_type = fp8_type(a.scalar_type());
+  p.d_type = out_dtype == at::kFloat ? CUDA_R_32F : CUDA_R_16BF;
+  p.epilogue = bias.defined() ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  p.a = b.data_ptr(), p.b = a.data_ptr(), p.d = result.data_ptr();
+  p.c = c.defined() ? c.data_ptr() : result.data_ptr();
+  p.vec = bias.defined() ? bias.data_ptr() : nullptr;
+  p.beta = c.defined() ? 1.f : 0.f;
+  p.a_scale = scale_b.data_ptr<float>(), p.b_scale = scale_a.data_ptr<float>();
+  p.fast_accum = fast_accum;
+  if (!run(p, a.get_device(), result)) return false;
+  out = result;
+  return true;
+}
+#else
+bool scaled_mm(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+               const at::Tensor&, const at::Tensor&, at::Tensor&, at::ScalarType, bool) {
+  return false;
+}
+#endif
+
 #else
 
 Mode mode() { return Mode::aten; }
@@ -429,6 +524,11 @@ bool mm(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tenso
 
 bool linear_residual(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                      at::Tensor&) {
+  return false;
+}
+
+bool scaled_mm(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+               const at::Tensor&, const at::Tensor&, at::Tensor&, at::ScalarType, bool) {
   return false;
 }
 

@@ -30,9 +30,10 @@ namespace slipstream::aero::lt_matmul {
 //     set_report(true) (numerics.gemm_report) prints each problem's times
 //     as it is tuned.
 //   heuristic: the heuristic's first.
-//   aten: mm() declines, so its callers use ATen's GEMMs; linear_residual
-//     still runs on cuBLASLt with the heuristic's first (the code before
-//     tuning, for measurements).
+//   aten: mm() declines, so its callers use ATen's GEMMs (scaled_mm too,
+//     for a product with neither bias nor c); linear_residual still runs
+//     on cuBLASLt with the heuristic's first (the code before tuning, for
+//     measurements).
 // Tuned, ATen's GEMM of the same product is one more candidate: where it is
 // the fastest, mm() declines that problem. Without CUDA: aten.
 enum class Mode { tuned, heuristic, aten };
@@ -58,5 +59,19 @@ bool mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias, const 
 // rounded to bf16 once (the two ops apart round x w^T + b first).
 bool linear_residual(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
                      const at::Tensor& r, at::Tensor& y);
+
+// The fp8 product (precision: fp8): out (M, N) = (scale_a a) (scale_b b)
+// [+ bias (N)] [+ c (M, N)], accumulated in fp32: a (M, K) e4m3 or e5m2
+// with unit stride along K, b (K, N) e4m3 or e5m2 (not both e5m2) with unit
+// stride along K (a row-major (N, K) transposed), K, N and both leading
+// dimensions multiples of 16, data 16-byte aligned; scale_a, scale_b one
+// fp32 each on the device, 16-byte aligned, read by the GEMM (no sync);
+// bias, c and out as for mm(). fast_accum: cuBLASLt's fp8 fast
+// accumulation (fewer promotions to fp32 along K). Each problem's algorithm
+// picked as for mm(), with no ATen candidate. False, out untouched, where
+// it does not apply: the caller then runs ATen's _scaled_mm and adds c.
+bool scaled_mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
+               const at::Tensor& scale_b, const at::Tensor& bias, const at::Tensor& c,
+               at::Tensor& out, at::ScalarType out_dtype, bool fast_accum);
 
 }  // namespace slipstream::aero::lt_matmul

@@ -6,7 +6,9 @@
 // of a model numerics.fp8_exclude keeps in bf16; and the whole
 // Transolver in fp8 against fp32, beside bf16; the cast kernels byte for
 // byte against PyTorch's own cast (of ATen's GELU and GELU backward for
-// the fused ones), and the fused fp8 MLP against its ops apart.
+// the fused ones), the fused fp8 MLP against its ops apart; the fp8
+// product with a residual in its epilogue, and the pair of projections of
+// one input, against the ops apart.
 #include "aero/model/transolver/transolver.h"
 #include "aero/ops/fp8_linear.h"
 #include "aero/ops/linear.h"
@@ -19,6 +21,7 @@
 #include <ATen/cuda/CUDAContext.h>
 
 #include "aero/kernels/fp8_kernels.h"
+#include "aero/ops/lt_matmul.h"
 #endif
 
 #include "support/cuda_skip.h"
@@ -33,6 +36,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -553,6 +557,211 @@ TEST(Fp8LinearCudaTest, TheFusedMlpMatchesItsOpsApart_CUDA) {
     const auto y = fp8::gelu_mlp(x, w1, b1, w2, b2);
     const auto y_apart = fp8::linear(torch::gelu(fp8::linear(x, w1, b1)), w2, b2);
     EXPECT_TRUE(torch::equal(y, y_apart));
+  }
+}
+
+// Whether each element of got is within a bf16 rounding or two of want,
+// the sum of terms a and b: |got - want| <= 2^-7 (|a| + |b|). A term
+// dropped or added twice is far outside it.
+bool within_two_roundings(const torch::Tensor& got, const torch::Tensor& want,
+                          const torch::Tensor& a, const torch::Tensor& b) {
+  const auto f = [](const torch::Tensor& t) { return t.to(torch::kFloat); };
+  const auto bound = (f(a).abs() + f(b).abs()) * (1.0 / 128) + 1e-30;
+  return ((f(got) - f(want)).abs() <= bound).all().item<bool>();
+}
+
+#ifdef SLIPSTREAM_TEST_FP8_KERNELS
+// lt_matmul::scaled_mm, which adds a residual in the fp8 GEMM's epilogue,
+// against _scaled_mm plus the add, at the Transolver's shapes: taken for
+// e4m3 and e5m2 inputs, bf16 (with a bias) and fp32 outputs, each sum
+// rounded once; declined for two e5m2 operands or bf16 ones.
+TEST(Fp8LinearCudaTest, ScaledMmAddsCInItsEpilogue_CUDA) {
+  SKIP_WITHOUT_FP8();
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(17);
+  const int64_t rows = 20000, in = 256, out = 1024;
+  // Scales one to a 16-byte row, as the fp8 registry keeps them.
+  const auto scales = torch::tensor({0.5f, 0.f, 0.f, 0.f, 0.25f, 0.f, 0.f, 0.f}, cuda);
+  const auto sa = scales[0], sb = scales[4];
+  const auto w = (torch::randn({out, in}, cuda) * 8).to(torch::kFloat8_e4m3fn);
+  for (const auto a_type : {torch::kFloat8_e4m3fn, torch::kFloat8_e5m2}) {
+    const auto a = (torch::randn({rows, in}, cuda) * 8).to(a_type);
+    for (const auto out_type : {torch::kBFloat16, torch::kFloat}) {
+      const auto bias = out_type == torch::kBFloat16
+                            ? torch::randn({out}, cuda).to(torch::kBFloat16)
+                            : torch::Tensor();
+      const auto c = (torch::randn({rows, out}, cuda) * 64).to(out_type);
+      const auto p = at::_scaled_mm(
+          a, w.t(), sa, sb,
+          bias.defined() ? std::optional<at::Tensor>(bias) : std::optional<at::Tensor>(),
+          std::nullopt, out_type, false);
+      at::Tensor y;
+      ASSERT_TRUE(lt_matmul::scaled_mm(a, w.t(), sa, sb, bias, c, y, out_type, false))
+          << a_type << " " << out_type;
+      ASSERT_EQ(y.sizes(), c.sizes());
+      ASSERT_EQ(y.scalar_type(), out_type);
+      EXPECT_TRUE(within_two_roundings(y, p.to(torch::kFloat) + c.to(torch::kFloat), p, c))
+          << a_type << " " << out_type;
+      if (out_type == torch::kFloat) {
+        EXPECT_LE(relative_error(y, p + c), 1e-5);
+      }
+    }
+  }
+  at::Tensor y;
+  const auto e5 = torch::randn({rows, in}, cuda).to(torch::kFloat8_e5m2);
+  EXPECT_FALSE(lt_matmul::scaled_mm(e5, w.to(torch::kFloat8_e5m2).t(), sa, sb, {}, {}, y,
+                                    torch::kBFloat16, false));
+  const auto bf = torch::randn({rows, in}, cuda).to(torch::kBFloat16);
+  EXPECT_FALSE(lt_matmul::scaled_mm(bf, bf.narrow(0, 0, out).t(), sa, sb, {}, {}, y,
+                                    torch::kBFloat16, false));
+  EXPECT_FALSE(y.defined());
+}
+#endif
+
+struct ResidualRun {
+  torch::Tensor y, p, gx, gw, gb, gr;  // p: the product alone (apart runs)
+};
+
+// Two steps of linear(x, w, b) + r in fp8 from a fresh scaling state, the
+// residual added by the product (fused) or after it; the second step's
+// output and the gradients of sum(y * up). mlp: the fp8 MLP
+// gelu_mlp(x, w, b, w2, b2) in place of the Linear.
+ResidualRun run_fp8_residual(const torch::Tensor& x_in, const torch::Tensor& w_in,
+                             const torch::Tensor& b_in, const torch::Tensor& w2_in,
+                             const torch::Tensor& b2_in, const torch::Tensor& r_in,
+                             const torch::Tensor& up, bool mlp, bool fused) {
+  const Fp8On on;
+  auto x = x_in.detach().clone().requires_grad_(true);
+  auto w = w_in.detach().clone().requires_grad_(true);
+  auto b = b_in.detach().clone().requires_grad_(true);
+  auto w2 = w2_in.detach().clone().requires_grad_(true);
+  auto b2 = b2_in.detach().clone().requires_grad_(true);
+  auto r = r_in.detach().clone().requires_grad_(true);
+  torch::Tensor y, p;
+  for (int step = 0; step < 2; ++step) {
+    for (auto* t : {&x, &w, &b, &w2, &b2, &r}) t->mutable_grad() = torch::Tensor();
+    fp8::update_scales();
+    if (fused) {
+      y = mlp ? fp8::gelu_mlp(x, w, b, w2, b2, r) : fp8::linear(x, w, b, r);
+    } else {
+      p = mlp ? fp8::gelu_mlp(x, w, b, w2, b2) : fp8::linear(x, w, b);
+      y = p + r;
+    }
+    (y.to(torch::kFloat) * up).sum().backward();
+  }
+  return {y.detach(), p.defined() ? p.detach() : p, x.grad(), w.grad(), b.grad(), r.grad()};
+}
+
+// The residual added by the fp8 product (a Linear's, and the fused MLP's
+// second) against the add apart, rows not a multiple of 16, two steps: the
+// sums within bf16 rounding of the add's (rounded once, not twice), every
+// gradient bitwise the same, the residual's the output's.
+TEST(Fp8LinearCudaTest, TheResidualAddedByTheProductMatchesTheAdd_CUDA) {
+  SKIP_WITHOUT_FP8();
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(19);
+  const int64_t rows = 20005, width = 256, hidden = 1024;
+  const auto x = torch::randn({1, rows, width}, cuda).to(torch::kBFloat16);
+  const auto r = (torch::randn({1, rows, width}, cuda) * 2).to(torch::kBFloat16);
+  const auto up = torch::randn({1, rows, width}, cuda);
+  for (const bool mlp : {false, true}) {
+    const int64_t mid = mlp ? hidden : width;
+    const auto w = torch::randn({mid, width}, cuda) / std::sqrt(double(width));
+    const auto b = torch::randn({mid}, cuda) * 0.1;
+    const auto w2 = torch::randn({width, mid}, cuda) / std::sqrt(double(mid));
+    const auto b2 = torch::randn({width}, cuda) * 0.1;
+    const auto fused = run_fp8_residual(x, w, b, w2, b2, r, up, mlp, true);
+    const auto apart = run_fp8_residual(x, w, b, w2, b2, r, up, mlp, false);
+    EXPECT_TRUE(
+        within_two_roundings(fused.y, apart.p.to(torch::kFloat) + r.to(torch::kFloat), apart.p, r))
+        << (mlp ? "mlp" : "linear");
+    EXPECT_TRUE(torch::equal(fused.gx, apart.gx)) << (mlp ? "mlp" : "linear");
+    EXPECT_TRUE(torch::equal(fused.gw, apart.gw)) << (mlp ? "mlp" : "linear");
+    EXPECT_TRUE(torch::equal(fused.gb, apart.gb)) << (mlp ? "mlp" : "linear");
+    EXPECT_TRUE(torch::equal(fused.gr, apart.gr)) << (mlp ? "mlp" : "linear");
+    EXPECT_TRUE(torch::equal(fused.gr, up.to(fused.gr.scalar_type())));
+  }
+}
+
+struct PairRun {
+  torch::Tensor y1, y2, gx, gw1, gb1, gw2, gb2;
+  fp8::State s1, s2;
+};
+
+// Two steps of the two projections of one x in fp8, as linear_pair (one
+// function) or two linear()s, from a fresh scaling state: the second
+// step's outputs, the gradients of sum(y1 * up1 + y2 * up2) and the
+// weights' scaling states.
+PairRun run_fp8_pair(const torch::Tensor& x_in, const torch::Tensor& w1_in,
+                     const torch::Tensor& b1_in, const torch::Tensor& w2_in,
+                     const torch::Tensor& b2_in, const torch::Tensor& up1, const torch::Tensor& up2,
+                     bool pair) {
+  const Fp8On on;
+  auto x = x_in.detach().clone().requires_grad_(true);
+  auto w1 = w1_in.detach().clone().requires_grad_(true);
+  auto b1 = b1_in.detach().clone().requires_grad_(true);
+  auto w2 = w2_in.detach().clone().requires_grad_(true);
+  auto b2 = b2_in.detach().clone().requires_grad_(true);
+  torch::Tensor y1, y2;
+  for (int step = 0; step < 2; ++step) {
+    for (auto* t : {&x, &w1, &b1, &w2, &b2}) t->mutable_grad() = torch::Tensor();
+    fp8::update_scales();
+    if (pair) {
+      std::tie(y1, y2) = fp8::linear_pair(x, w1, b1, w2, b2);
+    } else {
+      y1 = fp8::linear(x, w1, b1);
+      y2 = fp8::linear(x, w2, b2);
+    }
+    ((y1.to(torch::kFloat) * up1).sum() + (y2.to(torch::kFloat) * up2).sum()).backward();
+  }
+  return {y1.detach(), y2.detach(), x.grad(),          w1.grad(),        b1.grad(),
+          w2.grad(),   b2.grad(),   fp8::state_of(w1), fp8::state_of(w2)};
+}
+
+// The pair of projections of one input (the attention's in_project_x and
+// in_project_fx) as one fp8 function against two Linears: x cast once,
+// both outputs, the weights' and biases' gradients and the scaling states
+// bitwise the two apart's (but the second Linear's input slot, which the
+// pair leaves unused); x's gradient, its two products summed by the GEMM,
+// within bf16 rounding of autograd's sum.
+TEST(Fp8LinearCudaTest, ThePairOfProjectionsMatchesTheTwoApart_CUDA) {
+  SKIP_WITHOUT_FP8();
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(23);
+  const int64_t rows = 20005, in = 256, out1 = 256, out2 = 128;
+  const auto x = torch::randn({1, rows, in}, cuda).to(torch::kBFloat16);
+  const auto w1 = torch::randn({out1, in}, cuda) / std::sqrt(double(in));
+  const auto b1 = torch::randn({out1}, cuda) * 0.1;
+  const auto w2 = torch::randn({out2, in}, cuda) / std::sqrt(double(in));
+  const auto b2 = torch::randn({out2}, cuda) * 0.1;
+  const auto up1 = torch::randn({1, rows, out1}, cuda);
+  const auto up2 = torch::randn({1, rows, out2}, cuda);
+  {
+    const Fp8On on;
+    ASSERT_TRUE(fp8::linear_pair_applies(x, w1, w2));
+  }
+  const auto pair = run_fp8_pair(x, w1, b1, w2, b2, up1, up2, true);
+  const auto apart = run_fp8_pair(x, w1, b1, w2, b2, up1, up2, false);
+  EXPECT_TRUE(torch::equal(pair.y1, apart.y1));
+  EXPECT_TRUE(torch::equal(pair.y2, apart.y2));
+  EXPECT_TRUE(torch::equal(pair.gw1, apart.gw1));
+  EXPECT_TRUE(torch::equal(pair.gb1, apart.gb1));
+  EXPECT_TRUE(torch::equal(pair.gw2, apart.gw2));
+  EXPECT_TRUE(torch::equal(pair.gb2, apart.gb2));
+  EXPECT_LE(relative_error(pair.gx.to(torch::kFloat), apart.gx.to(torch::kFloat)), 4e-3);
+  for (const auto* s : {&pair.s1, &apart.s1}) ASSERT_TRUE(s->history.defined());
+  EXPECT_TRUE(torch::equal(pair.s1.history, apart.s1.history));
+  EXPECT_TRUE(torch::equal(pair.s1.scale, apart.s1.scale));
+  // The second Linear's weight and output-gradient rows.
+  EXPECT_TRUE(torch::equal(pair.s2.history.narrow(0, 1, 2), apart.s2.history.narrow(0, 1, 2)));
+  EXPECT_TRUE(torch::equal(pair.s2.scale.narrow(0, 1, 2), apart.s2.scale.narrow(0, 1, 2)));
+  // Through linear.h's linear_pair, which the models call.
+  {
+    const Fp8On on;
+    const torch::NoGradGuard no_grad;
+    const auto [y1, y2] = linear_pair(x, w1, b1, w2, b2);
+    EXPECT_TRUE(torch::equal(y1, fp8::linear(x, w1, b1)));
+    EXPECT_TRUE(torch::equal(y2, fp8::linear(x, w2, b2)));
   }
 }
 
