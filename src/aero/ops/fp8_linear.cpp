@@ -210,20 +210,18 @@ std::optional<at::Tensor> bias_of(const at::Tensor& bias) {
                           : std::optional<at::Tensor>();
 }
 
-// The first `rows` rows of a b (a's rows padded as quantize pads them),
-// plus c (rows, b's columns) where defined, as _scaled_mm makes the
-// product: on cuBLASLt with c read by the GEMM's epilogue (beta 1, the sum
-// rounded once) where lt_matmul::scaled_mm takes it, else _scaled_mm and
-// c added apart. Products without c run on _scaled_mm.
+// The first `rows` rows of the fp8 product a b (a's rows padded as
+// quantize pads them) [+ bias] [+ c (rows, b's columns)]: on
+// lt_matmul::scaled_mm (each problem's algorithm timed once, c read by the
+// GEMM's epilogue, the sum rounded once) where it takes the product, else
+// ATen's _scaled_mm and c added apart.
 at::Tensor product(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
                    const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
                    const at::Tensor& c, int64_t rows, at::ScalarType dtype, bool fast_accum) {
-  if (c.defined()) {
-    at::Tensor out;
-    if (lt_matmul::scaled_mm(a.narrow(0, 0, rows), b, scale_a, scale_b, bias ? *bias : at::Tensor(),
-                             c, out, dtype, fast_accum)) {
-      return out;
-    }
+  at::Tensor out;
+  if (lt_matmul::scaled_mm(a.narrow(0, 0, rows), b, scale_a, scale_b, bias ? *bias : at::Tensor(),
+                           c, out, dtype, fast_accum)) {
+    return out;
   }
   auto y = at::_scaled_mm(a, b, scale_a, scale_b, bias, std::nullopt, dtype, fast_accum)
                .narrow(0, 0, rows);
@@ -291,17 +289,15 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
       return static_cast<at::ScalarType>(ctx->saved_data[key].toInt());
     };
     if (want_x) {
-      const auto gx =
-          at::_scaled_mm(gq.q, w_t.t(), inv(r, slot + kGradOutput), inv(r, slot + kWeight),
-                         std::nullopt, std::nullopt, at::kBFloat16, /*use_fast_accum=*/false);
+      const auto gx = product(gq.q, w_t.t(), inv(r, slot + kGradOutput), inv(r, slot + kWeight),
+                              std::nullopt, {}, gq.q.size(0), at::kBFloat16, /*fast_accum=*/false);
       out[0] = gx.narrow(0, 0, g.size(0))
                    .view(ctx->saved_data["x_sizes"].toIntVector())
                    .to(dtype("x_dtype"));
     }
     if (want_w) {
-      const auto gw =
-          at::_scaled_mm(gq.q_t, x_t.t(), inv(r, slot + kGradOutput), inv(r, slot + kInput),
-                         std::nullopt, std::nullopt, at::kFloat, /*use_fast_accum=*/false);
+      const auto gw = product(gq.q_t, x_t.t(), inv(r, slot + kGradOutput), inv(r, slot + kInput),
+                              std::nullopt, {}, gq.q_t.size(0), at::kFloat, /*fast_accum=*/false);
       out[1] = gw.to(dtype("w_dtype"));
     }
     if (ctx->needs_input_grad(2) && ctx->saved_data["bias"].toBool()) {
@@ -380,8 +376,8 @@ class Fp8LinearPairFunction : public torch::autograd::Function<Fp8LinearPairFunc
       }
       if (want_w) {
         out[1 + 2 * i] =
-            at::_scaled_mm(gq.q_t, x_t.t(), inv(r, slot[i] + kGradOutput), inv(r, slot[0] + kInput),
-                           std::nullopt, std::nullopt, at::kFloat, /*use_fast_accum=*/false)
+            product(gq.q_t, x_t.t(), inv(r, slot[i] + kGradOutput), inv(r, slot[0] + kInput),
+                    std::nullopt, {}, gq.q_t.size(0), at::kFloat, /*fast_accum=*/false)
                 .to(dtype(w_key[i]));
       }
       if (ctx->needs_input_grad(2 + 2 * i))
@@ -416,9 +412,8 @@ class Fp8GeluMlpFunction : public torch::autograd::Function<Fp8GeluMlpFunction> 
     const Cast xq = quantize(r, s1 + kInput, x2, true, grad && w1.requires_grad());
     const Cast w1q = quantize(r, s1 + kWeight, as_matrix(w1), true, grad && x.requires_grad());
     // (padded rows, hidden): the padding rows' values are b1, and no cast reads them.
-    const auto h = at::_scaled_mm(xq.q, w1q.q.t(), inv(r, s1 + kInput), inv(r, s1 + kWeight),
-                                  bias_of(b1), std::nullopt, at::kBFloat16,
-                                  /*use_fast_accum=*/true);
+    const auto h = product(xq.q, w1q.q.t(), inv(r, s1 + kInput), inv(r, s1 + kWeight), bias_of(b1),
+                           {}, xq.q.size(0), at::kBFloat16, /*fast_accum=*/true);
     const Cast aq =
         quantize_by(r, s2 + kInput, rows, hidden, h.options(), true, grad && w2.requires_grad(),
                     [&](const float* scale, uint8_t* out, uint8_t* out_t, float* amax, bool) {
@@ -475,13 +470,13 @@ class Fp8GeluMlpFunction : public torch::autograd::Function<Fp8GeluMlpFunction> 
     {
       const Cast gq = quantize(r, s2 + kGradOutput, g, want_h, want_w2);
       if (want_w2) {
-        out[3] = at::_scaled_mm(gq.q_t, a_t.t(), inv(r, s2 + kGradOutput), inv(r, s2 + kInput),
-                                std::nullopt, std::nullopt, at::kFloat, /*use_fast_accum=*/false)
+        out[3] = product(gq.q_t, a_t.t(), inv(r, s2 + kGradOutput), inv(r, s2 + kInput),
+                         std::nullopt, {}, gq.q_t.size(0), at::kFloat, /*fast_accum=*/false)
                      .to(dtype("w2"));
       }
       if (!want_h) return out;
-      ga = at::_scaled_mm(gq.q, w2_t.t(), inv(r, s2 + kGradOutput), inv(r, s2 + kWeight),
-                          std::nullopt, std::nullopt, at::kBFloat16, /*use_fast_accum=*/false);
+      ga = product(gq.q, w2_t.t(), inv(r, s2 + kGradOutput), inv(r, s2 + kWeight), std::nullopt, {},
+                   gq.q.size(0), at::kBFloat16, /*fast_accum=*/false);
     }
     const int64_t hidden = ga.size(1);
     const auto format = format_of(s1 + kGradOutput);
@@ -500,15 +495,15 @@ class Fp8GeluMlpFunction : public torch::autograd::Function<Fp8GeluMlpFunction> 
         });
     ga.reset();  // before the GEMMs' outputs are made
     if (want_x) {
-      out[0] = at::_scaled_mm(ghq.q, w1_t.t(), inv(r, s1 + kGradOutput), inv(r, s1 + kWeight),
-                              std::nullopt, std::nullopt, at::kBFloat16, /*use_fast_accum=*/false)
+      out[0] = product(ghq.q, w1_t.t(), inv(r, s1 + kGradOutput), inv(r, s1 + kWeight),
+                       std::nullopt, {}, ghq.q.size(0), at::kBFloat16, /*fast_accum=*/false)
                    .narrow(0, 0, rows)
                    .view(ctx->saved_data["x_sizes"].toIntVector())
                    .to(dtype("x"));
     }
     if (want_w1) {
-      out[1] = at::_scaled_mm(ghq.q_t, x_t.t(), inv(r, s1 + kGradOutput), inv(r, s1 + kInput),
-                              std::nullopt, std::nullopt, at::kFloat, /*use_fast_accum=*/false)
+      out[1] = product(ghq.q_t, x_t.t(), inv(r, s1 + kGradOutput), inv(r, s1 + kInput),
+                       std::nullopt, {}, ghq.q_t.size(0), at::kFloat, /*fast_accum=*/false)
                    .to(dtype("w1"));
     }
     if (want_b1) out[2] = colsum.to(dtype("b1"));

@@ -1,8 +1,9 @@
 // precision: fp8 — the model's Linear layers' three GEMMs (forward, input
 // gradient, weight gradient) in fp8 on the GPU's fp8 tensor cores
-// (cuBLASLt through ATen's _scaled_mm), everything else as under bf16
-// autocast: the fp32 master weights, the optimizer, LayerNorm, GELU, the
-// slice and attention kernels.
+// (cuBLASLt: lt_matmul::scaled_mm, each problem's algorithm timed once as
+// numerics.gemm says; ATen's _scaled_mm where it declines one), everything
+// else as under bf16 autocast: the fp32 master weights, the optimizer,
+// LayerNorm, GELU, the slice and attention kernels.
 //
 // Formats and scales, as Transformer Engine's delayed scaling has them:
 // activations and weights in e4m3, output gradients in e5m2, each with a
