@@ -33,6 +33,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <initializer_list>
 #include <limits>
 #include <map>
 #include <string>
@@ -58,6 +59,16 @@ struct Fp8On {
   Fp8On& operator=(const Fp8On&) = delete;
 };
 
+// A leaf copy of t that takes gradients.
+torch::Tensor leaf(const torch::Tensor& t) { return t.detach().clone().requires_grad_(true); }
+
+// A fresh step of delayed scaling: the tensors' gradients dropped and the
+// scales remade from the amaxes so far.
+void next_step(std::initializer_list<torch::Tensor*> tensors) {
+  for (auto* t : tensors) t->mutable_grad() = torch::Tensor();
+  fp8::update_scales();
+}
+
 struct Grads {
   torch::Tensor y, gx, gw, gb;
   fp8::State state;  // of the product's own weight (fp8 runs)
@@ -66,9 +77,9 @@ struct Grads {
 // y = linear(x, w, b) and the gradients of sum(y * up), all in fp32.
 Grads run_linear(const torch::Tensor& x_in, const torch::Tensor& w_in, const torch::Tensor& b_in,
                  const torch::Tensor& up, bool fp32) {
-  auto x = x_in.detach().clone().requires_grad_(true);
-  auto w = w_in.detach().clone().requires_grad_(true);
-  auto b = b_in.detach().clone().requires_grad_(true);
+  auto x = leaf(x_in);
+  auto w = leaf(w_in);
+  auto b = leaf(b_in);
   torch::Tensor y;
   if (fp32) {
     y = torch::matmul(x.to(torch::kFloat), w.t()) + b;
@@ -501,15 +512,14 @@ MlpRun run_fp8_mlp(const torch::Tensor& x_in, const torch::Tensor& w1_in,
                    const torch::Tensor& b1_in, const torch::Tensor& w2_in,
                    const torch::Tensor& b2_in, const torch::Tensor& up, bool fused) {
   const Fp8On on;
-  auto x = x_in.detach().clone().requires_grad_(true);
-  auto w1 = w1_in.detach().clone().requires_grad_(true);
-  auto b1 = b1_in.detach().clone().requires_grad_(true);
-  auto w2 = w2_in.detach().clone().requires_grad_(true);
-  auto b2 = b2_in.detach().clone().requires_grad_(true);
+  auto x = leaf(x_in);
+  auto w1 = leaf(w1_in);
+  auto b1 = leaf(b1_in);
+  auto w2 = leaf(w2_in);
+  auto b2 = leaf(b2_in);
   torch::Tensor y;
   for (int step = 0; step < 2; ++step) {
-    for (auto* t : {&x, &w1, &b1, &w2, &b2}) t->mutable_grad() = torch::Tensor();
-    fp8::update_scales();
+    next_step({&x, &w1, &b1, &w2, &b2});
     y = fused ? fp8::gelu_mlp(x, w1, b1, w2, b2)
               : fp8::linear(torch::gelu(fp8::linear(x, w1, b1)), w2, b2);
     (y.to(torch::kFloat) * up).sum().backward();
@@ -631,16 +641,15 @@ ResidualRun run_fp8_residual(const torch::Tensor& x_in, const torch::Tensor& w_i
                              const torch::Tensor& b2_in, const torch::Tensor& r_in,
                              const torch::Tensor& up, bool mlp, bool fused) {
   const Fp8On on;
-  auto x = x_in.detach().clone().requires_grad_(true);
-  auto w = w_in.detach().clone().requires_grad_(true);
-  auto b = b_in.detach().clone().requires_grad_(true);
-  auto w2 = w2_in.detach().clone().requires_grad_(true);
-  auto b2 = b2_in.detach().clone().requires_grad_(true);
-  auto r = r_in.detach().clone().requires_grad_(true);
+  auto x = leaf(x_in);
+  auto w = leaf(w_in);
+  auto b = leaf(b_in);
+  auto w2 = leaf(w2_in);
+  auto b2 = leaf(b2_in);
+  auto r = leaf(r_in);
   torch::Tensor y, p;
   for (int step = 0; step < 2; ++step) {
-    for (auto* t : {&x, &w, &b, &w2, &b2, &r}) t->mutable_grad() = torch::Tensor();
-    fp8::update_scales();
+    next_step({&x, &w, &b, &w2, &b2, &r});
     if (fused) {
       y = mlp ? fp8::gelu_mlp(x, w, b, w2, b2, r) : fp8::linear(x, w, b, r);
     } else {
@@ -697,15 +706,14 @@ PairRun run_fp8_pair(const torch::Tensor& x_in, const torch::Tensor& w1_in,
                      const torch::Tensor& b2_in, const torch::Tensor& up1, const torch::Tensor& up2,
                      bool pair) {
   const Fp8On on;
-  auto x = x_in.detach().clone().requires_grad_(true);
-  auto w1 = w1_in.detach().clone().requires_grad_(true);
-  auto b1 = b1_in.detach().clone().requires_grad_(true);
-  auto w2 = w2_in.detach().clone().requires_grad_(true);
-  auto b2 = b2_in.detach().clone().requires_grad_(true);
+  auto x = leaf(x_in);
+  auto w1 = leaf(w1_in);
+  auto b1 = leaf(b1_in);
+  auto w2 = leaf(w2_in);
+  auto b2 = leaf(b2_in);
   torch::Tensor y1, y2;
   for (int step = 0; step < 2; ++step) {
-    for (auto* t : {&x, &w1, &b1, &w2, &b2}) t->mutable_grad() = torch::Tensor();
-    fp8::update_scales();
+    next_step({&x, &w1, &b1, &w2, &b2});
     if (pair) {
       std::tie(y1, y2) = fp8::linear_pair(x, w1, b1, w2, b2);
     } else {
