@@ -448,10 +448,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
 at::Tensor linear_residual(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                            const at::Tensor& residual) {
   if (fp8::applies(x, weight)) return fp8::linear(x, weight, bias, residual);
-  if (!residual.defined()) {
-    const auto y = linear(x, weight, bias);
-    return residual.defined() ? y + residual : y;
-  }
+  if (!residual.defined()) return linear(x, weight, bias);
   if (!bias.defined()) return at::linear(x, weight) + residual;
   return LinearFunction::apply(x, weight, bias, residual, false, true);
 }
