@@ -338,15 +338,16 @@ Operand operand(const at::Tensor& t, at::ScalarType type = at::kBFloat16) {
   return o;
 }
 
-// mm() and linear_residual(): `plain` marks a product without an epilogue,
-// which Mode::aten leaves to ATen.
-bool gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias, const at::Tensor& c,
-          at::Tensor& out, at::ScalarType out_dtype, bool plain) {
-  if (plain && mode() == Mode::aten) return false;
-  const auto oa = operand(a), ob = operand(b);
-  if (!oa.ok || !ob.ok || a.get_device() != b.get_device()) return false;
+// The product out = a (rows, inner) b (inner, cols) [+ bias] [+ c] as
+// cuBLASLt's Problem, but for the operations and operand types (the
+// caller's): false where bias (bf16, cols), c or out (out_dtype, (rows,
+// cols), contiguous) or out_dtype (bf16 or fp32) does not fit. result:
+// out, or a new tensor. Row-major out (rows, cols) is column-major (cols,
+// rows) = b^T a^T: b is cuBLASLt's A, a its B.
+bool problem_of(const at::Tensor& a, const at::Tensor& b, const Operand& oa, const Operand& ob,
+                const at::Tensor& bias, const at::Tensor& c, const at::Tensor& out,
+                at::ScalarType out_dtype, Problem& p, at::Tensor& result) {
   const int64_t rows = a.size(0), inner = a.size(1), cols = b.size(1);
-  if (b.size(0) != inner || rows == 0 || inner == 0 || cols % 8 != 0) return false;
   if (out_dtype != at::kBFloat16 && out_dtype != at::kFloat) return false;
   if (bias.defined() && (out_dtype != at::kBFloat16 || !bf16_cuda(bias) || bias.numel() != cols)) {
     return false;
@@ -358,19 +359,32 @@ bool gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias, cons
   };
   if (c.defined() && !fits(c)) return false;
   if (out.defined() && !fits(out)) return false;
-  const c10::cuda::CUDAGuard guard(a.device());
-  auto result = out.defined() ? out : at::empty({rows, cols}, a.options().dtype(out_dtype));
-  // Row-major out (rows, cols) is column-major (cols, rows) = b^T a^T.
-  Problem p{};
-  p.ta = ob.op, p.tb = oa.op;
+  result = out.defined() ? out : at::empty({rows, cols}, a.options().dtype(out_dtype));
   p.m = cols, p.n = rows, p.k = inner, p.lda = ob.ld, p.ldb = oa.ld, p.ldd = cols;
-  p.a_type = p.b_type = CUDA_R_16BF;
   p.d_type = out_dtype == at::kFloat ? CUDA_R_32F : CUDA_R_16BF;
   p.epilogue = bias.defined() ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
   p.a = b.data_ptr(), p.b = a.data_ptr(), p.d = result.data_ptr();
   p.c = c.defined() ? c.data_ptr() : result.data_ptr();
   p.vec = bias.defined() ? bias.data_ptr() : nullptr;
   p.beta = c.defined() ? 1.f : 0.f;
+  return true;
+}
+
+// mm() and linear_residual(): `plain` marks a product without an epilogue,
+// which Mode::aten leaves to ATen.
+bool gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias, const at::Tensor& c,
+          at::Tensor& out, at::ScalarType out_dtype, bool plain) {
+  if (plain && mode() == Mode::aten) return false;
+  const auto oa = operand(a), ob = operand(b);
+  if (!oa.ok || !ob.ok || a.get_device() != b.get_device()) return false;
+  const int64_t rows = a.size(0), inner = a.size(1), cols = b.size(1);
+  if (b.size(0) != inner || rows == 0 || inner == 0 || cols % 8 != 0) return false;
+  const c10::cuda::CUDAGuard guard(a.device());
+  Problem p{};
+  at::Tensor result;
+  if (!problem_of(a, b, oa, ob, bias, c, out, out_dtype, p, result)) return false;
+  p.ta = ob.op, p.tb = oa.op;
+  p.a_type = p.b_type = CUDA_R_16BF;
   // What the caller does where this declines: ATen's GEMM in bf16 (cast
   // to an fp32 out).
   const AtenGemm aten = [&](at::Tensor& into) {
@@ -471,31 +485,13 @@ bool scaled_mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale
   const int64_t rows = a.size(0), inner = a.size(1), cols = b.size(1);
   if (b.size(0) != inner || rows == 0 || inner % 16 != 0 || cols % 16 != 0) return false;
   if (!scale_on(scale_a, a) || !scale_on(scale_b, a)) return false;
-  if (out_dtype != at::kBFloat16 && out_dtype != at::kFloat) return false;
-  if (bias.defined() && (out_dtype != at::kBFloat16 || !bf16_cuda(bias) || bias.numel() != cols)) {
-    return false;
-  }
-  const auto fits = [&](const at::Tensor& t) {
-    return t.is_cuda() && t.get_device() == a.get_device() && t.scalar_type() == out_dtype &&
-           t.is_contiguous() && t.dim() == 2 && t.size(0) == rows && t.size(1) == cols &&
-           reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
-  };
-  if (c.defined() && !fits(c)) return false;
-  if (out.defined() && !fits(out)) return false;
   const c10::cuda::CUDAGuard guard(a.device());
-  auto result = out.defined() ? out : at::empty({rows, cols}, a.options().dtype(out_dtype));
-  // Row-major out (rows, cols) is column-major (cols, rows) = b^T a^T: b's
-  // memory is cuBLASLt's A (op T), a's its B (op N).
   Problem p{};
+  at::Tensor result;
+  if (!problem_of(a, b, oa, ob, bias, c, out, out_dtype, p, result)) return false;
+  // b's memory is cuBLASLt's A (op T), a's its B (op N).
   p.ta = CUBLAS_OP_T, p.tb = CUBLAS_OP_N;
-  p.m = cols, p.n = rows, p.k = inner, p.lda = ob.ld, p.ldb = oa.ld, p.ldd = cols;
   p.a_type = fp8_type(b.scalar_type()), p.b_type = fp8_type(a.scalar_type());
-  p.d_type = out_dtype == at::kFloat ? CUDA_R_32F : CUDA_R_16BF;
-  p.epilogue = bias.defined() ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-  p.a = b.data_ptr(), p.b = a.data_ptr(), p.d = result.data_ptr();
-  p.c = c.defined() ? c.data_ptr() : result.data_ptr();
-  p.vec = bias.defined() ? bias.data_ptr() : nullptr;
-  p.beta = c.defined() ? 1.f : 0.f;
   p.a_scale = scale_b.data_ptr<float>(), p.b_scale = scale_a.data_ptr<float>();
   p.fast_accum = fast_accum;
   if (!run(p, a.get_device(), result)) return false;
