@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "aero/kernels/column_sum_kernels.h"
+#include "aero/kernels/common/fp8.cuh"
 #include "aero/kernels/common/gelu.cuh"
 #include "aero/kernels/common/launch.h"
 
@@ -75,22 +76,15 @@ constexpr int kVecTile = 64;
 constexpr int kVecThreads = 256;
 constexpr int kVecPad = 8;  // a tile row is 72 bytes: 8-byte aligned
 
-template <__nv_fp8_interpretation_t kFormat>
-__device__ __forceinline__ uint16_t pair_to_fp8(float a, float b, float s) {
-  return __nv_cvt_float2_to_fp8x2(make_float2(a * s, b * s), __NV_SATFINITE, kFormat);
-}
-
-__device__ __forceinline__ float bounded_max(float m, float v) {
-  return isfinite(v) ? fmaxf(m, fabsf(v)) : INFINITY;
-}
+using kernels::fp8::bounded_max;
 
 // 8 values' fp8 bytes, scaled by s, in one 8-byte word.
 template <__nv_fp8_interpretation_t kFormat>
 __device__ __forceinline__ uint2 pack8(const float (&v)[8], float s) {
-  return make_uint2(static_cast<uint32_t>(pair_to_fp8<kFormat>(v[0], v[1], s)) |
-                        (static_cast<uint32_t>(pair_to_fp8<kFormat>(v[2], v[3], s)) << 16),
-                    static_cast<uint32_t>(pair_to_fp8<kFormat>(v[4], v[5], s)) |
-                        (static_cast<uint32_t>(pair_to_fp8<kFormat>(v[6], v[7], s)) << 16));
+  return make_uint2(static_cast<uint32_t>(kernels::fp8::pair<kFormat>(v[0], v[1], s)) |
+                        (static_cast<uint32_t>(kernels::fp8::pair<kFormat>(v[2], v[3], s)) << 16),
+                    static_cast<uint32_t>(kernels::fp8::pair<kFormat>(v[4], v[5], s)) |
+                        (static_cast<uint32_t>(kernels::fp8::pair<kFormat>(v[6], v[7], s)) << 16));
 }
 
 using VecTile = uint8_t[kVecTile][kVecTile + kVecPad];
@@ -122,15 +116,7 @@ __device__ __forceinline__ void store_transposed(const VecTile& tile, uint8_t* o
 
 // amax[0] = max(amax[0], the block's largest m): one atomic a block.
 __device__ __forceinline__ void block_amax(float m, float* warp_max, float* amax) {
-  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float b = 0.f;
-    for (int w = 0; w < kVecThreads / 32; ++w) b = fmaxf(b, warp_max[w]);
-    // Non-negative floats order as their bits do.
-    if (b > 0.f) atomicMax(reinterpret_cast<int*>(amax), __float_as_int(b));
-  }
+  kernels::fp8::block_amax<kVecThreads>(m, warp_max, amax);
 }
 
 template <__nv_fp8_interpretation_t kFormat, bool kFp32>

@@ -4,6 +4,7 @@
 // values per warp. E is 8 (16-byte pieces) for widths that are multiples of
 // 256, else 2 (4-byte pieces: multiples of 64, GeoTransolver's 448). Each
 // warp walks rows with a grid stride, two at a time.
+#include "aero/kernels/common/fp8.cuh"
 #include "aero/kernels/common/launch.h"
 #include "aero/kernels/common/ptx.cuh"
 #include "aero/kernels/layer_norm_kernels.h"
@@ -75,6 +76,34 @@ __device__ inline void load_params(const float* src, int lane, float (&v)[V][E])
   }
 }
 
+// A row's LayerNorm in place, v becoming (v - mean) rstd gamma + beta (in
+// fp32, before any rounding), with its mean and 1 / std: one function for
+// both forward kernels, so that they compute the same values bit for bit.
+template <int V, int E>
+__device__ inline void normalize(float (&v)[V][E], const float (&g)[V][E], const float (&b)[V][E],
+                                 float eps, float& mean, float& rstd) {
+  constexpr int C = 32 * E * V;
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < V; ++i)
+#pragma unroll
+    for (int e = 0; e < E; ++e) s += v[i][e];
+  mean = warp_sum(s) * (1.0f / C);
+  float q = 0.0f;
+#pragma unroll
+  for (int i = 0; i < V; ++i)
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      v[i][e] -= mean;
+      q += v[i][e] * v[i][e];
+    }
+  rstd = rsqrtf(warp_sum(q) * (1.0f / C) + eps);
+#pragma unroll
+  for (int i = 0; i < V; ++i)
+#pragma unroll
+    for (int e = 0; e < E; ++e) v[i][e] = v[i][e] * rstd * g[i][e] + b[i][e];
+}
+
 template <int V, int E>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(const bf16* __restrict__ x, const float* __restrict__ gamma,
@@ -96,25 +125,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int k = 0; k < kRowsPerStep; ++k) {
       if (r0 + k >= rows) break;
-      float s = 0.0f;
-#pragma unroll
-      for (int i = 0; i < V; ++i)
-#pragma unroll
-        for (int e = 0; e < E; ++e) s += v[k][i][e];
-      const float mean = warp_sum(s) * (1.0f / C);
-      float q = 0.0f;
-#pragma unroll
-      for (int i = 0; i < V; ++i)
-#pragma unroll
-        for (int e = 0; e < E; ++e) {
-          v[k][i][e] -= mean;
-          q += v[k][i][e] * v[k][i][e];
-        }
-      const float rstd = rsqrtf(warp_sum(q) * (1.0f / C) + eps);
-#pragma unroll
-      for (int i = 0; i < V; ++i)
-#pragma unroll
-        for (int e = 0; e < E; ++e) v[k][i][e] = v[k][i][e] * rstd * g[i][e] + b[i][e];
+      float mean, rstd;
+      normalize<V, E>(v[k], g, b, eps, mean, rstd);
       store_row<V, E>(y + (r0 + k) * C, lane, v[k]);
       if (lane == 0) {
         mean_out[r0 + k] = mean;
@@ -122,6 +134,97 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
+}
+
+// forward_e4m3: a block normalises a tile of kTileRows rows (each warp
+// kTileRows / kWarps of them) and stores each row's e4m3 bytes straight
+// to out and to the tile in shared memory, (kTileRows, C + kTilePad)
+// bytes; then the tile's columns go to out_t, 16 rows (16 bytes) a store.
+constexpr int kTileRows = 32, kTilePad = 16;
+
+template <int V, int E>
+__global__ void __launch_bounds__(kThreads)
+    forward_e4m3_kernel(const bf16* __restrict__ x, const float* __restrict__ gamma,
+                        const float* __restrict__ beta, int64_t rows, int64_t rows_out, float eps,
+                        const float* __restrict__ scale, uint8_t* __restrict__ out,
+                        uint8_t* __restrict__ out_t, float* __restrict__ amax,
+                        float* __restrict__ mean_out, float* __restrict__ rstd_out) {
+  constexpr int C = 32 * E * V, kStride = C + kTilePad;
+  extern __shared__ __align__(16) uint8_t tile[];  // (kTileRows, kStride)
+  __shared__ float warp_max[kWarps];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const float s = scale[0];
+  float g[V][E], b[V][E];
+  load_params<V, E>(gamma, lane, g);
+  load_params<V, E>(beta, lane, b);
+  float m = 0.f;
+  const int64_t tiles = (rows_out + kTileRows - 1) / kTileRows;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int64_t row0 = t * kTileRows;
+#pragma unroll
+    for (int k = 0; k < kTileRows / kWarps; ++k) {
+      const int lr = k * kWarps + warp;
+      const int64_t r = row0 + lr;
+      float v[V][E] = {};  // zeros: the padding rows' bytes
+      if (r < rows) {
+        load_row<V, E>(x + r * C, lane, v);
+        float mean, rstd;
+        normalize<V, E>(v, g, b, eps, mean, rstd);
+#pragma unroll
+        for (int i = 0; i < V; ++i)
+#pragma unroll
+          for (int e = 0; e < E; ++e) {
+            // y as forward() stores it (bf16), then as the cast reads it.
+            v[i][e] = __bfloat162float(__float2bfloat16_rn(v[i][e]));
+            m = kernels::fp8::bounded_max(m, v[i][e]);
+          }
+        if (lane == 0) {
+          mean_out[r] = mean;
+          rstd_out[r] = rstd;
+        }
+      }
+      if (out == nullptr) continue;
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const int c = i * 32 * E + lane * E;
+        if constexpr (E == 8) {
+          uint2 p;
+          p.x = uint32_t(kernels::fp8::pair<__NV_E4M3>(v[i][0], v[i][1], s)) |
+                (uint32_t(kernels::fp8::pair<__NV_E4M3>(v[i][2], v[i][3], s)) << 16);
+          p.y = uint32_t(kernels::fp8::pair<__NV_E4M3>(v[i][4], v[i][5], s)) |
+                (uint32_t(kernels::fp8::pair<__NV_E4M3>(v[i][6], v[i][7], s)) << 16);
+          if (r < rows_out) *reinterpret_cast<uint2*>(out + r * C + c) = p;
+          *reinterpret_cast<uint2*>(tile + lr * kStride + c) = p;
+        } else {
+          const uint16_t p = kernels::fp8::pair<__NV_E4M3>(v[i][0], v[i][1], s);
+          if (r < rows_out) *reinterpret_cast<uint16_t*>(out + r * C + c) = p;
+          *reinterpret_cast<uint16_t*>(tile + lr * kStride + c) = p;
+        }
+      }
+    }
+    if (out == nullptr || out_t == nullptr) continue;
+    __syncthreads();
+    // A tile column a thread: its 32 rows' bytes, 32 contiguous bytes of
+    // out_t. rows_out is a multiple of 16: a group of 16 rows is wholly in
+    // or out.
+    for (int c = threadIdx.x; c < C; c += kThreads) {
+#pragma unroll
+      for (int group = 0; group < kTileRows / 16; ++group) {
+        const int64_t orow = row0 + group * 16;
+        if (orow >= rows_out) break;
+        uint32_t w[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const uint8_t* p = tile + (group * 16 + 4 * q) * kStride + c;
+          w[q] = uint32_t(p[0]) | (uint32_t(p[kStride]) << 8) | (uint32_t(p[2 * kStride]) << 16) |
+                 (uint32_t(p[3 * kStride]) << 24);
+        }
+        *reinterpret_cast<uint4*>(out_t + c * rows_out + orow) = make_uint4(w[0], w[1], w[2], w[3]);
+      }
+    }
+    __syncthreads();
+  }
+  kernels::fp8::block_amax<kThreads>(m, warp_max, amax);
 }
 
 // The parameter gradients are summed per lane over the warp's rows, then
@@ -227,6 +330,27 @@ void forward_v(const void* x, const float* gamma, const float* beta, int64_t row
 }
 
 template <int V, int E>
+void forward_e4m3_v(const void* x, const float* gamma, const float* beta, int64_t rows,
+                    int64_t rows_out, float eps, const float* scale, uint8_t* out, uint8_t* out_t,
+                    float* amax, float* mean, float* rstd, cudaStream_t stream) {
+  constexpr size_t shared = size_t(kTileRows) * (32 * E * V + kTilePad);
+  static const int per_sm = [] {
+    int n = 0;
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, forward_e4m3_kernel<V, E>,
+                                                             kThreads, shared),
+               "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    return n < 1 ? 1 : n;
+  }();
+  const int64_t tiles = (rows_out + kTileRows - 1) / kTileRows;
+  const int64_t cap = int64_t(sm_count()) * per_sm;
+  const auto grid = static_cast<unsigned>(tiles < cap ? (tiles > 0 ? tiles : 1) : cap);
+  forward_e4m3_kernel<V, E><<<grid, kThreads, shared, stream>>>(static_cast<const bf16*>(x), gamma,
+                                                                beta, rows, rows_out, eps, scale,
+                                                                out, out_t, amax, mean, rstd);
+  check_launch("forward_e4m3");
+}
+
+template <int V, int E>
 void backward_v(const void* gy, const void* x, const float* mean, const float* rstd,
                 const float* gamma, const void* gres, int64_t rows, void* gx, float* ggamma,
                 float* gbeta, float* gsum, cudaStream_t stream) {
@@ -301,6 +425,22 @@ struct Forward {
   }
 };
 
+struct ForwardE4m3 {
+  const void* x;
+  const float *gamma, *beta;
+  int64_t rows, rows_out;
+  float eps;
+  const float* scale;
+  uint8_t *out, *out_t;
+  float *amax, *mean, *rstd;
+  cudaStream_t s;
+  template <int V, int E>
+  void run() const {
+    forward_e4m3_v<V, E>(x, gamma, beta, rows, rows_out, eps, scale, out, out_t, amax, mean, rstd,
+                         s);
+  }
+};
+
 struct Backward {
   const void *gy, *x;
   const float *mean, *rstd, *gamma;
@@ -325,6 +465,21 @@ void forward(const void* x, const float* gamma, const float* beta, int64_t rows,
   if (rows == 0) return;
   dispatch(width,
            Forward{x, gamma, beta, rows, eps, y, mean, rstd, static_cast<cudaStream_t>(stream)});
+}
+
+void forward_e4m3(const void* x, const float* gamma, const float* beta, int64_t rows,
+                  int64_t rows_out, int64_t width, float eps, const float* scale, uint8_t* out,
+                  uint8_t* out_t, float* amax, float* mean, float* rstd, void* stream) {
+  check_width(width);
+  if (rows_out % 16 != 0 || rows_out < rows) {
+    throw std::invalid_argument("layer norm kernels: forward_e4m3's rows_out " +
+                                std::to_string(rows_out) + " is not a multiple of 16 of at least " +
+                                std::to_string(rows));
+  }
+  if (rows_out == 0) return;
+  if (out == nullptr) out_t = nullptr;
+  dispatch(width, ForwardE4m3{x, gamma, beta, rows, rows_out, eps, scale, out, out_t, amax, mean,
+                              rstd, static_cast<cudaStream_t>(stream)});
 }
 
 void backward(const void* gy, const void* x, const float* mean, const float* rstd,

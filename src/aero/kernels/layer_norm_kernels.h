@@ -31,6 +31,18 @@ bool supported(int64_t width);
 void forward(const void* x, const float* gamma, const float* beta, int64_t rows, int64_t width,
              float eps, void* y, float* mean, float* rstd, void* stream);
 
+// forward() with y written only as the e4m3 copies an fp8 product reads
+// (ops/fp8_linear.h): each value of y rounded to bf16 as forward() stores
+// it, then as fp8_kernels::quantize() casts it, byte for byte: q =
+// saturate(y scale[0]) into out (rows_out, C) and, unless null, out_t (C,
+// rows_out), the rows from `rows` on zero; amax[0] becomes max(amax[0],
+// max |y|) (+inf where a value is not finite). mean and rstd as forward()
+// writes them. out null: neither copy (the amax and statistics alone).
+// rows_out: a multiple of 16, at least rows; out and out_t 16-byte aligned.
+void forward_e4m3(const void* x, const float* gamma, const float* beta, int64_t rows,
+                  int64_t rows_out, int64_t width, float eps, const float* scale, uint8_t* out,
+                  uint8_t* out_t, float* amax, float* mean, float* rstd, void* stream);
+
 void backward(const void* gy, const void* x, const float* mean, const float* rstd,
               const float* gamma, const void* gres, int64_t rows, int64_t width, void* gx,
               float* ggamma, float* gbeta, float* gsum, void* stream);

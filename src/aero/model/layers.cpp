@@ -2,6 +2,7 @@
 
 #include "aero/ops/fused_layer_norm.h"
 #include "aero/ops/linear.h"
+#include "aero/ops/numerics.h"
 
 #include <torch/torch.h>
 
@@ -40,6 +41,25 @@ MlpImpl::MlpImpl(int64_t in, const std::vector<int64_t>& hidden, int64_t out) {
 // through a slow mixed-dtype kernel.
 torch::Tensor linear(const torch::nn::LinearImpl& l, const torch::Tensor& x) {
   return aero::linear(x, l.weight, l.bias);
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> project_attention_input(
+    const AttentionInput& in, const torch::Tensor& w1, const torch::Tensor& b1,
+    const torch::Tensor& w2, const torch::Tensor& b2) {
+  if (in.norm == nullptr) {
+    auto [y1, y2] = attention_inputs_pair(autocast_input(in.x), w1, b1, w2, b2);
+    return {y1, y2, in.residual};
+  }
+  const auto& ln = *in.norm;
+  if (in.bf16_layer_norm) {
+    const fp8::Scope scope(fp8::Part::kAttentionInputs);
+    if (fp8::norm_linear_pair_applies(in.x, ln.weight, ln.bias, w1, w2)) {
+      return fp8::norm_linear_pair(in.x, ln.weight, ln.bias, ln.options.eps(), w1, b1, w2, b2);
+    }
+  }
+  const auto [norm, residual] = layer_norm_residual(ln, in.x, in.bf16_layer_norm);
+  auto [y1, y2] = attention_inputs_pair(autocast_input(norm), w1, b1, w2, b2);
+  return {y1, y2, residual};
 }
 
 torch::Tensor layer_norm(const torch::nn::LayerNormImpl& ln, const torch::Tensor& x,
@@ -87,6 +107,22 @@ torch::Tensor MlpImpl::forward_plus(const torch::Tensor& x, const torch::Tensor&
     }
   }
   return y;
+}
+
+torch::Tensor MlpImpl::forward_normed(const torch::nn::LayerNormImpl& ln, const torch::Tensor& x,
+                                      bool bf16_layer_norm) {
+  if (bf16_layer_norm && layers->size() == 3) {
+    const fp8::Scope scope(part);
+    const auto& l1 = *layers[0]->as<torch::nn::Linear>();
+    const auto& l2 = *layers[2]->as<torch::nn::Linear>();
+    if (l1.bias.defined() && l2.bias.defined() &&
+        fp8::norm_gelu_mlp_applies(x, ln.weight, ln.bias, l1.weight, l2.weight)) {
+      return fp8::norm_gelu_mlp(x, ln.weight, ln.bias, ln.options.eps(), l1.weight, l1.bias,
+                                l2.weight, l2.bias);
+    }
+  }
+  const auto [norm, residual] = layer_norm_residual(ln, x, bf16_layer_norm);
+  return forward_plus(norm, residual);
 }
 
 void set_mlp_recompute_gelu(torch::nn::Module& root, bool on) {

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -28,6 +29,12 @@ class MlpImpl : public torch::nn::Module {
   // forward(x) + residual, the add in the last Linear's GEMM where
   // linear_residual (linear.h) can (residual undefined: forward(x)).
   torch::Tensor forward_plus(const torch::Tensor& x, const torch::Tensor& residual);
+  // forward_plus(layer_norm(ln, x), x): a residual block's MLP on its own
+  // input. Under precision: fp8 with bf16_layer_norm, on the LayerNorm
+  // kernels' path, one function (fp8::norm_gelu_mlp: LayerNorm(x) written
+  // only in fp8); else layer_norm_residual then forward_plus.
+  torch::Tensor forward_normed(const torch::nn::LayerNormImpl& ln, const torch::Tensor& x,
+                               bool bf16_layer_norm);
   torch::nn::Sequential layers{nullptr};
   // The one-hidden-layer form (Linear, GELU, Linear) runs as one function
   // (linear.h's gelu_mlp: the residual in the last GEMM, the first bias's
@@ -62,6 +69,23 @@ std::pair<torch::Tensor, torch::Tensor> attention_inputs_pair(const torch::Tenso
                                                               const torch::Tensor& b1,
                                                               const torch::Tensor& w2,
                                                               const torch::Tensor& b2);
+// An attention block's input: x, projected as it is, `residual` added to
+// the block's output; or, with `norm` (the block's ln_1), LayerNorm(x)
+// projected and x itself the residual.
+struct AttentionInput {
+  torch::Tensor x, residual;
+  const torch::nn::LayerNormImpl* norm = nullptr;
+  bool bf16_layer_norm = true;
+};
+// {in's two input projections (in_project_x's and in_project_fx's weights
+// and biases) as attention_inputs_pair makes them, the residual}. With a
+// LayerNorm under precision: fp8 with bf16_layer_norm, on the LayerNorm
+// kernels' path, one function (fp8::norm_linear_pair: LayerNorm(x) written
+// only in fp8); else layer_norm_residual, then attention_inputs_pair of its
+// output (autocast_input).
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> project_attention_input(
+    const AttentionInput& in, const torch::Tensor& w1, const torch::Tensor& b1,
+    const torch::Tensor& w2, const torch::Tensor& b2);
 torch::Tensor layer_norm(const torch::nn::LayerNormImpl& ln, const torch::Tensor& x,
                          bool bf16_layer_norm);
 // {layer_norm(ln, x), r} with r equal to x, for a block that adds x back

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <mutex>
 #include <optional>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -21,6 +22,8 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "aero/kernels/fp8_kernels.h"
+#include "aero/kernels/layer_norm_kernels.h"
+#include "aero/ops/fused_layer_norm.h"
 #include "aero/ops/lt_matmul.h"
 #endif
 
@@ -57,6 +60,17 @@ Registry& registry() {
 }
 
 thread_local Part current_part = Part::kBlocks;  // the innermost Scope's
+// The live KeyAs scopes' (derived, source) weights, innermost last.
+thread_local std::vector<std::pair<const void*, const void*>> key_as;
+
+// The key of weight's scaling state: its TensorImpl, or its source's.
+const void* key_of(const at::Tensor& weight) {
+  const void* key = weight.unsafeGetTensorImpl();
+  for (auto it = key_as.rbegin(); it != key_as.rend(); ++it) {
+    if (it->first == key) return it->second;
+  }
+  return key;
+}
 
 }  // namespace
 
@@ -83,6 +97,18 @@ Part part_named(const std::string& name) {
 Scope::Scope(Part part) : previous_(current_part) { current_part = part; }
 
 Scope::~Scope() { current_part = previous_; }
+
+KeyAs::KeyAs(const at::Tensor& derived, const at::Tensor& source) {
+  key_as.emplace_back(derived.unsafeGetTensorImpl(), key_of(source));
+}
+
+KeyAs::~KeyAs() { key_as.pop_back(); }
+
+int64_t linears() {
+  auto& r = registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  return static_cast<int64_t>(r.first_slot.size());
+}
 
 bool enabled() { return registry().on.load(std::memory_order_relaxed); }
 
@@ -111,7 +137,7 @@ cudaStream_t current_stream() { return at::cuda::getCurrentCUDAStream().stream()
 // The first of weight's three slots, made (with the buffers, on the first
 // Linear) where it has none. Host-side bookkeeping alone; r.mutex held.
 int64_t slots_of(Registry& r, const at::Tensor& weight) {
-  const void* key = weight.unsafeGetTensorImpl();
+  const void* key = key_of(weight);
   const auto it = r.first_slot.find(key);
   if (it != r.first_slot.end()) return it->second;
   if (!r.amax.defined()) {
@@ -237,6 +263,81 @@ at::Tensor or_empty(const at::Tensor& t, const at::Tensor& like) {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// What the two-Linear functions below keep besides their tensors: the
+// Linears' first slots, x's sizes and each argument's dtype.
+void save_two_linears(AutogradContext* ctx, int64_t s1, int64_t s2, const at::Tensor& x,
+                      const at::Tensor& w1, const at::Tensor& b1, const at::Tensor& w2,
+                      const at::Tensor& b2) {
+  ctx->saved_data["s1"] = s1;
+  ctx->saved_data["s2"] = s2;
+  ctx->saved_data["x_sizes"] = x.sizes().vec();
+  for (const auto& [key, t] : {std::pair<const char*, const at::Tensor*>{"x", &x},
+                               {"w1", &w1},
+                               {"b1", &b1},
+                               {"w2", &w2},
+                               {"b2", &b2}}) {
+    ctx->saved_data[key] = static_cast<int64_t>(t->scalar_type());
+  }
+}
+
+// A LayerNorm over x's last dimension run as the prologue of the products
+// of its output (the functions' `ln_w`, `ln_b`, `eps` arguments; ln_w
+// empty: none): its output is written only as the first product's e4m3
+// copies (layer_norm_kernels::forward_e4m3), never in bf16, and its
+// backward kernel takes the products' gradient of that output.
+struct Norm {
+  at::Tensor x, weight, bias;  // x (rows, C) as the kernels take it; fp32 (C)
+  at::Tensor mean, rstd;       // (rows) fp32, once the forward has run
+  double eps = 0;
+
+  bool on() const { return weight.defined(); }
+};
+
+Norm norm_of(const at::Tensor& x, const at::Tensor& ln_w, const at::Tensor& ln_b, double eps) {
+  Norm n;
+  if (ln_w.numel() == 0) return n;
+  n.x = layer_norm_kernels_input(x).reshape({-1, x.size(-1)});
+  n.weight = ln_w.detach().contiguous();
+  n.bias = ln_b.detach().contiguous();
+  n.eps = eps;
+  const auto f32 = n.x.options().dtype(at::kFloat);
+  n.mean = at::empty({n.x.size(0)}, f32);
+  n.rstd = at::empty({n.x.size(0)}, f32);
+  return n;
+}
+
+// The LayerNorm's output, cast into `slot` (an input slot: e4m3) as
+// quantize() casts a tensor.
+Cast quantize_norm(Registry& r, int64_t slot, const Norm& n, bool want_t) {
+  const int64_t rows = n.x.size(0), cols = n.x.size(1);
+  return quantize_by(r, slot, rows, cols, n.x.options(), true, want_t,
+                     [&](const float* scale, uint8_t* out, uint8_t* out_t, float* amax, bool) {
+                       layer_norm_kernels::forward_e4m3(
+                           n.x.data_ptr(), n.weight.data_ptr<float>(), n.bias.data_ptr<float>(),
+                           rows, padded(rows), cols, static_cast<float>(n.eps), scale, out, out_t,
+                           amax, n.mean.data_ptr<float>(), n.rstd.data_ptr<float>(),
+                           current_stream());
+                     });
+}
+
+// The saved tensors' tail for the LayerNorm (undefined where there is none).
+std::vector<at::Tensor> norm_saved(const Norm& n, bool grad) {
+  if (!n.on() || !grad) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  return {n.x, n.weight, n.mean, n.rstd};
+}
+
+// The LayerNorm's backward from saved[first...] (norm_saved's), the
+// products' gradient of its output `gy` and a residual path's `gres`:
+// x's gradient, and the weight's and bias's into out[w], out[w + 1].
+at::Tensor norm_backward(const variable_list& saved, size_t first, const at::Tensor& gy,
+                         const at::Tensor& gres, variable_list& out, size_t w) {
+  const auto g = layer_norm_kernels_backward(saved[first], saved[first + 1], saved[first + 2],
+                                             saved[first + 3], gy, gres);
+  out[w] = g.weight;
+  out[w + 1] = g.bias;
+  return g.x;
+}
+
 class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
  public:
   // grad: grad mode was on at the call (inside forward it is off), so
@@ -312,54 +413,61 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
 // transpose), at the first Linear's input scale: the second's input slot
 // stays unused (its amax history would be the same). Backward, x's
 // gradient is g1 w1 with g2 w2 added by the second GEMM's epilogue.
+// With a Norm (ln_w not empty), of LayerNorm(x) instead, and a third
+// output r equal to x, whose gradient the LayerNorm's backward kernel adds.
 class Fp8LinearPairFunction : public torch::autograd::Function<Fp8LinearPairFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w1,
                                const at::Tensor& b1, const at::Tensor& w2, const at::Tensor& b2,
+                               const at::Tensor& ln_w, const at::Tensor& ln_b, double eps,
                                bool grad) {
     const c10::cuda::CUDAGuard guard(x.device());
     auto& r = registry();
     const std::lock_guard<std::mutex> lock(r.mutex);
     const int64_t s1 = slots_of(r, w1), s2 = slots_of(r, w2);
-    const auto x2 = as_matrix(x);
+    const Norm norm = norm_of(x, ln_w, ln_b, eps);
+    if (norm.on()) ctx->set_materialize_grads(false);
+    const auto x2 = norm.on() ? norm.x : as_matrix(x);
     const int64_t rows = x2.size(0);
     const bool want_w = grad && (w1.requires_grad() || w2.requires_grad());
-    const Cast xq = quantize(r, s1 + kInput, x2, true, want_w);
-    const Cast w1q = quantize(r, s1 + kWeight, as_matrix(w1), true, grad && x.requires_grad());
-    const Cast w2q = quantize(r, s2 + kWeight, as_matrix(w2), true, grad && x.requires_grad());
+    // x's gradient (LayerNorm's output's, with a Norm) is wanted for x's or the LayerNorm's.
+    const bool want_x = grad && (x.requires_grad() ||
+                                 (norm.on() && (ln_w.requires_grad() || ln_b.requires_grad())));
+    const Cast xq = norm.on() ? quantize_norm(r, s1 + kInput, norm, want_w)
+                              : quantize(r, s1 + kInput, x2, true, want_w);
+    const Cast w1q = quantize(r, s1 + kWeight, as_matrix(w1), true, want_x);
+    const Cast w2q = quantize(r, s2 + kWeight, as_matrix(w2), true, want_x);
     const auto y1 = product(xq.q, w1q.q.t(), inv(r, s1 + kInput), inv(r, s1 + kWeight), bias_of(b1),
                             {}, rows, at::kBFloat16, /*fast_accum=*/true);
     const auto y2 = product(xq.q, w2q.q.t(), inv(r, s1 + kInput), inv(r, s2 + kWeight), bias_of(b2),
                             {}, rows, at::kBFloat16, /*fast_accum=*/true);
-    ctx->save_for_backward({xq.q_t, w1q.q_t, w2q.q_t});
-    ctx->saved_data["s1"] = s1;
-    ctx->saved_data["s2"] = s2;
-    ctx->saved_data["x_sizes"] = x.sizes().vec();
-    for (const auto& [key, t] : {std::pair<const char*, const at::Tensor*>{"x", &x},
-                                 {"w1", &w1},
-                                 {"b1", &b1},
-                                 {"w2", &w2},
-                                 {"b2", &b2}}) {
-      ctx->saved_data[key] = static_cast<int64_t>(t->scalar_type());
-    }
+    auto saved = norm_saved(norm, grad);
+    saved.insert(saved.begin(), {xq.q_t, w1q.q_t, w2q.q_t});
+    ctx->save_for_backward(saved);
+    save_two_linears(ctx, s1, s2, x, w1, b1, w2, b2);
     auto sizes = x.sizes().vec();
     sizes.back() = w1.size(0);
     auto sizes2 = sizes;
     sizes2.back() = w2.size(0);
-    return {y1.view(sizes), y2.view(sizes2)};
+    variable_list out{y1.view(sizes), y2.view(sizes2)};
+    if (norm.on()) out.push_back(x);
+    return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    variable_list out(6);
+    variable_list out(9);
     const auto saved = ctx->get_saved_variables();
     const auto& x_t = saved[0];
     const at::Tensor* w_t[2] = {&saved[1], &saved[2]};
     const int64_t slot[2] = {ctx->saved_data["s1"].toInt(), ctx->saved_data["s2"].toInt()};
+    const bool norm = saved[3].defined();
     const auto dtype = [&](const char* key) {
       return static_cast<at::ScalarType>(ctx->saved_data[key].toInt());
     };
     const char* w_key[2] = {"w1", "w2"};
     const char* b_key[2] = {"b1", "b2"};
+    const bool want_x = ctx->needs_input_grad(0) ||
+                        (norm && (ctx->needs_input_grad(5) || ctx->needs_input_grad(6)));
     auto& r = registry();
     at::Tensor gx;  // (rows, in): g1 w1, then + g2 w2
     for (int i = 0; i < 2; ++i) {
@@ -367,10 +475,10 @@ class Fp8LinearPairFunction : public torch::autograd::Function<Fp8LinearPairFunc
       const auto g = as_matrix(grads[i].to(at::kBFloat16));
       const c10::cuda::CUDAGuard guard(g.device());
       const std::lock_guard<std::mutex> lock(r.mutex);
-      const bool want_x = ctx->needs_input_grad(0) && w_t[i]->defined();
+      const bool to_x = want_x && w_t[i]->defined();
       const bool want_w = ctx->needs_input_grad(1 + 2 * i) && x_t.defined();
-      const Cast gq = quantize(r, slot[i] + kGradOutput, g, want_x, want_w);
-      if (want_x) {
+      const Cast gq = quantize(r, slot[i] + kGradOutput, g, to_x, want_w);
+      if (to_x) {
         gx = product(gq.q, w_t[i]->t(), inv(r, slot[i] + kGradOutput), inv(r, slot[i] + kWeight),
                      std::nullopt, gx, g.size(0), at::kBFloat16, /*fast_accum=*/false);
       }
@@ -382,6 +490,10 @@ class Fp8LinearPairFunction : public torch::autograd::Function<Fp8LinearPairFunc
       }
       if (ctx->needs_input_grad(2 + 2 * i))
         out[2 + 2 * i] = bias_gradient(grads[i], g, dtype(b_key[i]));
+    }
+    if (norm) {
+      const c10::cuda::CUDAGuard guard(saved[3].device());
+      gx = norm_backward(saved, 3, gx, grads.size() > 2 ? grads[2] : at::Tensor(), out, 5);
     }
     if (gx.defined()) {
       out[0] = gx.view(ctx->saved_data["x_sizes"].toIntVector()).to(dtype("x"));
@@ -395,22 +507,30 @@ class Fp8LinearPairFunction : public torch::autograd::Function<Fp8LinearPairFunc
 // product's e4m3 copies and GELU's backward straight to the e5m2 copies of
 // h's gradient, with b1's gradient summed in the same pass
 // (fp8_kernels.h's quantize_gelu). Keeps x's, gelu(h)'s and both weights'
-// transposed fp8 copies and h.
+// transposed fp8 copies and h. With a Norm (ln_w not empty), of
+// LayerNorm(x) instead, with x itself the residual (`residual` empty):
+// x's gradient is the LayerNorm's and the residual's, in one kernel.
 class Fp8GeluMlpFunction : public torch::autograd::Function<Fp8GeluMlpFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w1,
                             const at::Tensor& b1, const at::Tensor& w2, const at::Tensor& b2,
-                            const at::Tensor& residual, bool grad) {
+                            const at::Tensor& residual, const at::Tensor& ln_w,
+                            const at::Tensor& ln_b, double eps, bool grad) {
     const c10::cuda::CUDAGuard guard(x.device());
     auto& r = registry();
     const std::lock_guard<std::mutex> lock(r.mutex);
     const int64_t s1 = slots_of(r, w1), s2 = slots_of(r, w2);
-    const auto x2 = as_matrix(x);
+    const Norm norm = norm_of(x, ln_w, ln_b, eps);
+    const auto x2 = norm.on() ? norm.x : as_matrix(x);
     const int64_t rows = x2.size(0), hidden = w1.size(0);
+    // x's gradient (LayerNorm's output's, with a Norm) is wanted for x's or the LayerNorm's.
+    const bool want_x = grad && (x.requires_grad() ||
+                                 (norm.on() && (ln_w.requires_grad() || ln_b.requires_grad())));
     // h's gradient is needed for x's, w1's or b1's.
-    const bool to_h = grad && (x.requires_grad() || w1.requires_grad() || b1.requires_grad());
-    const Cast xq = quantize(r, s1 + kInput, x2, true, grad && w1.requires_grad());
-    const Cast w1q = quantize(r, s1 + kWeight, as_matrix(w1), true, grad && x.requires_grad());
+    const bool to_h = want_x || (grad && (w1.requires_grad() || b1.requires_grad()));
+    const Cast xq = norm.on() ? quantize_norm(r, s1 + kInput, norm, grad && w1.requires_grad())
+                              : quantize(r, s1 + kInput, x2, true, grad && w1.requires_grad());
+    const Cast w1q = quantize(r, s1 + kWeight, as_matrix(w1), true, want_x);
     // (padded rows, hidden): the padding rows' values are b1, and no cast reads them.
     const auto h = product(xq.q, w1q.q.t(), inv(r, s1 + kInput), inv(r, s1 + kWeight), bias_of(b1),
                            {}, xq.q.size(0), at::kBFloat16, /*fast_accum=*/true);
@@ -423,32 +543,26 @@ class Fp8GeluMlpFunction : public torch::autograd::Function<Fp8GeluMlpFunction> 
                     });
     const Cast w2q = quantize(r, s2 + kWeight, as_matrix(w2), true, to_h);
     const bool with = residual.numel() > 0;
+    const auto c = norm.on() ? x2 : (with ? as_matrix(residual) : at::Tensor());
     const auto y = product(aq.q, w2q.q.t(), inv(r, s2 + kInput), inv(r, s2 + kWeight), bias_of(b2),
-                           with ? as_matrix(residual) : at::Tensor(), rows, at::kBFloat16,
-                           /*fast_accum=*/true);
+                           c, rows, at::kBFloat16, /*fast_accum=*/true);
     ctx->saved_data["residual"] = with;
-    ctx->save_for_backward({xq.q_t, w1q.q_t, aq.q_t, w2q.q_t, to_h ? h : at::Tensor()});
-    ctx->saved_data["s1"] = s1;
-    ctx->saved_data["s2"] = s2;
-    ctx->saved_data["x_sizes"] = x.sizes().vec();
-    for (const auto& [key, t] : {std::pair<const char*, const at::Tensor*>{"x", &x},
-                                 {"w1", &w1},
-                                 {"b1", &b1},
-                                 {"w2", &w2},
-                                 {"b2", &b2}}) {
-      ctx->saved_data[key] = static_cast<int64_t>(t->scalar_type());
-    }
+    auto saved = norm_saved(norm, grad);
+    saved.insert(saved.begin(), {xq.q_t, w1q.q_t, aq.q_t, w2q.q_t, to_h ? h : at::Tensor()});
+    ctx->save_for_backward(saved);
+    save_two_linears(ctx, s1, s2, x, w1, b1, w2, b2);
     auto sizes = x.sizes().vec();
     sizes.back() = w2.size(0);
     return y.view(sizes);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    variable_list out(7);
+    variable_list out(10);
     if (!grads[0].defined()) return out;
     if (ctx->saved_data["residual"].toBool()) out[5] = grads[0];
     const auto saved = ctx->get_saved_variables();
     const auto &x_t = saved[0], &w1_t = saved[1], &a_t = saved[2], &w2_t = saved[3], &h = saved[4];
+    const bool norm = saved[5].defined();
     const int64_t s1 = ctx->saved_data["s1"].toInt(), s2 = ctx->saved_data["s2"].toInt();
     const auto dtype = [&](const char* key) {
       return static_cast<at::ScalarType>(ctx->saved_data[key].toInt());
@@ -458,7 +572,16 @@ class Fp8GeluMlpFunction : public torch::autograd::Function<Fp8GeluMlpFunction> 
     const c10::cuda::CUDAGuard guard(g.device());
     auto& r = registry();
     const std::lock_guard<std::mutex> lock(r.mutex);
-    const bool want_x = ctx->needs_input_grad(0) && w1_t.defined();
+    const auto x_sizes = ctx->saved_data["x_sizes"].toIntVector();
+    // x's gradient: the products' (with a Norm: through the LayerNorm, the
+    // residual's added there).
+    const auto finish = [&](const at::Tensor& gn) {
+      if (!norm) return gn.view(x_sizes).to(dtype("x"));
+      return norm_backward(saved, 5, gn, g, out, 6).view(x_sizes).to(dtype("x"));
+    };
+    const bool want_x = (ctx->needs_input_grad(0) ||
+                         (norm && (ctx->needs_input_grad(6) || ctx->needs_input_grad(7)))) &&
+                        w1_t.defined();
     const bool want_w1 = ctx->needs_input_grad(1) && x_t.defined();
     const bool want_b1 = ctx->needs_input_grad(2) && h.defined();
     const bool want_h = h.defined() && w2_t.defined() && (want_x || want_w1 || want_b1);
@@ -474,9 +597,14 @@ class Fp8GeluMlpFunction : public torch::autograd::Function<Fp8GeluMlpFunction> 
                          std::nullopt, {}, gq.q_t.size(0), at::kFloat, /*fast_accum=*/false)
                      .to(dtype("w2"));
       }
-      if (!want_h) return out;
-      ga = product(gq.q, w2_t.t(), inv(r, s2 + kGradOutput), inv(r, s2 + kWeight), std::nullopt, {},
-                   gq.q.size(0), at::kBFloat16, /*fast_accum=*/false);
+      if (want_h) {
+        ga = product(gq.q, w2_t.t(), inv(r, s2 + kGradOutput), inv(r, s2 + kWeight), std::nullopt,
+                     {}, gq.q.size(0), at::kBFloat16, /*fast_accum=*/false);
+      }
+    }
+    if (!want_h) {
+      if (norm && ctx->needs_input_grad(0)) out[0] = finish(at::Tensor());
+      return out;
     }
     const int64_t hidden = ga.size(1);
     const auto format = format_of(s1 + kGradOutput);
@@ -495,11 +623,9 @@ class Fp8GeluMlpFunction : public torch::autograd::Function<Fp8GeluMlpFunction> 
         });
     ga.reset();  // before the GEMMs' outputs are made
     if (want_x) {
-      out[0] = product(ghq.q, w1_t.t(), inv(r, s1 + kGradOutput), inv(r, s1 + kWeight),
-                       std::nullopt, {}, ghq.q.size(0), at::kBFloat16, /*fast_accum=*/false)
-                   .narrow(0, 0, rows)
-                   .view(ctx->saved_data["x_sizes"].toIntVector())
-                   .to(dtype("x"));
+      out[0] = finish(product(ghq.q, w1_t.t(), inv(r, s1 + kGradOutput), inv(r, s1 + kWeight),
+                              std::nullopt, {}, ghq.q.size(0), at::kBFloat16, /*fast_accum=*/false)
+                          .narrow(0, 0, rows));
     }
     if (want_w1) {
       out[1] = product(ghq.q_t, x_t.t(), inv(r, s1 + kGradOutput), inv(r, s1 + kInput),
@@ -571,8 +697,36 @@ std::pair<at::Tensor, at::Tensor> linear_pair(const at::Tensor& x, const at::Ten
               w1.sizes(), " and w2 ", w2.sizes(),
               " are not fp8 products (fp8 on, one GPU, widths multiples of 16)");
   TORCH_CHECK(b1.defined() && b2.defined(), "fp8::linear_pair: both biases must be defined");
-  auto y = Fp8LinearPairFunction::apply(x, w1, b1, w2, b2, at::GradMode::is_enabled());
+  const auto none = at::empty({0}, w1.options());
+  auto y =
+      Fp8LinearPairFunction::apply(x, w1, b1, w2, b2, none, none, 0.0, at::GradMode::is_enabled());
   return {y[0], y[1]};
+}
+
+namespace {
+// The LayerNorm kernels take LayerNorm(x) with this weight and bias on x's GPU.
+bool norm_applies(const at::Tensor& x, const at::Tensor& ln_w, const at::Tensor& ln_b) {
+  return layer_norm_kernels_apply(x, ln_w, ln_b) && ln_w.device() == x.device() &&
+         ln_b.device() == x.device();
+}
+}  // namespace
+
+bool norm_linear_pair_applies(const at::Tensor& x, const at::Tensor& ln_w, const at::Tensor& ln_b,
+                              const at::Tensor& w1, const at::Tensor& w2) {
+  return linear_pair_applies(x, w1, w2) && norm_applies(x, ln_w, ln_b);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_linear_pair(
+    const at::Tensor& x, const at::Tensor& ln_w, const at::Tensor& ln_b, double eps,
+    const at::Tensor& w1, const at::Tensor& b1, const at::Tensor& w2, const at::Tensor& b2) {
+  TORCH_CHECK(norm_linear_pair_applies(x, ln_w, ln_b, w1, w2), "fp8::norm_linear_pair: x ",
+              x.sizes(), " (", x.scalar_type(), "), the LayerNorm's weight ", ln_w.sizes(), ", w1 ",
+              w1.sizes(), " and w2 ", w2.sizes(),
+              " are not a LayerNorm the kernels take before fp8 products");
+  TORCH_CHECK(b1.defined() && b2.defined(), "fp8::norm_linear_pair: both biases must be defined");
+  auto y =
+      Fp8LinearPairFunction::apply(x, w1, b1, w2, b2, ln_w, ln_b, eps, at::GradMode::is_enabled());
+  return {y[0], y[1], y[2]};
 }
 
 bool gelu_mlp_applies(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2) {
@@ -592,7 +746,26 @@ at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor&
     TORCH_CHECK(residual.sizes() == at::IntArrayRef(sizes), "fp8::gelu_mlp: the residual ",
                 residual.sizes(), " is not the output's shape ", at::IntArrayRef(sizes));
   }
-  return Fp8GeluMlpFunction::apply(x, w1, b1, w2, b2, or_empty(residual, x),
+  const auto none = at::empty({0}, w1.options());
+  return Fp8GeluMlpFunction::apply(x, w1, b1, w2, b2, or_empty(residual, x), none, none, 0.0,
+                                   at::GradMode::is_enabled());
+}
+
+bool norm_gelu_mlp_applies(const at::Tensor& x, const at::Tensor& ln_w, const at::Tensor& ln_b,
+                           const at::Tensor& w1, const at::Tensor& w2) {
+  return gelu_mlp_applies(x, w1, w2) && w2.size(0) == x.size(-1) && norm_applies(x, ln_w, ln_b);
+}
+
+at::Tensor norm_gelu_mlp(const at::Tensor& x, const at::Tensor& ln_w, const at::Tensor& ln_b,
+                         double eps, const at::Tensor& w1, const at::Tensor& b1,
+                         const at::Tensor& w2, const at::Tensor& b2) {
+  TORCH_CHECK(norm_gelu_mlp_applies(x, ln_w, ln_b, w1, w2), "fp8::norm_gelu_mlp: x ", x.sizes(),
+              " (", x.scalar_type(), "), the LayerNorm's weight ", ln_w.sizes(), ", w1 ",
+              w1.sizes(), " and w2 ", w2.sizes(),
+              " are not a LayerNorm the kernels take before an fp8 MLP of x's width");
+  TORCH_CHECK(b1.defined() && b2.defined(), "fp8::norm_gelu_mlp: both biases must be defined");
+  const auto none = at::empty({0}, w1.options());
+  return Fp8GeluMlpFunction::apply(x, w1, b1, w2, b2, none, ln_w, ln_b, eps,
                                    at::GradMode::is_enabled());
 }
 
@@ -639,6 +812,30 @@ at::Tensor gelu_mlp(const at::Tensor&, const at::Tensor&, const at::Tensor&, con
   return {};
 }
 
+bool norm_linear_pair_applies(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                              const at::Tensor&, const at::Tensor&) {
+  return false;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_linear_pair(
+    const at::Tensor&, const at::Tensor&, const at::Tensor&, double, const at::Tensor&,
+    const at::Tensor&, const at::Tensor&, const at::Tensor&) {
+  TORCH_CHECK(false, "fp8::norm_linear_pair: ", unsupported(c10::Device(c10::kCPU)));
+  return {};
+}
+
+bool norm_gelu_mlp_applies(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                           const at::Tensor&, const at::Tensor&) {
+  return false;
+}
+
+at::Tensor norm_gelu_mlp(const at::Tensor&, const at::Tensor&, const at::Tensor&, double,
+                         const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                         const at::Tensor&) {
+  TORCH_CHECK(false, "fp8::norm_gelu_mlp: ", unsupported(c10::Device(c10::kCPU)));
+  return {};
+}
+
 void update_scales() {}
 
 #endif
@@ -646,7 +843,7 @@ void update_scales() {}
 State state_of(const at::Tensor& weight) {
   auto& r = registry();
   const std::lock_guard<std::mutex> lock(r.mutex);
-  const auto it = r.first_slot.find(weight.unsafeGetTensorImpl());
+  const auto it = r.first_slot.find(key_of(weight));
   if (it == r.first_slot.end()) return {};
   const int64_t s = it->second;
   return {r.amax.narrow(0, s, kRoles).clone(), r.history.narrow(0, s, kRoles).clone(),

@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -67,6 +68,22 @@ class Scope {
  private:
   Part previous_;
 };
+
+// Keys, while it lives, the Linears run on this thread whose weight is
+// `derived` by `source` instead: for a weight a model makes from a
+// parameter at each call (GALE's projections padded per head), so that its
+// scaling state (slots, amax history, scales) is the parameter's, kept
+// across steps, rather than a new one for each call's copy. Scopes nest.
+class KeyAs {
+ public:
+  KeyAs(const at::Tensor& derived, const at::Tensor& source);
+  ~KeyAs();
+  KeyAs(const KeyAs&) = delete;
+  KeyAs& operator=(const KeyAs&) = delete;
+};
+
+// How many Linears have fp8 scaling state (three slots each), for tests.
+int64_t linears();
 
 // Why fp8 GEMMs cannot run on `device` ("" when they can): not a GPU, a
 // build without them (no CUDA, or a LibTorch before 2.1), or a GPU without
@@ -125,6 +142,30 @@ bool gelu_mlp_applies(const at::Tensor& x, const at::Tensor& w1, const at::Tenso
 // second product as linear() adds it.
 at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1,
                     const at::Tensor& w2, const at::Tensor& b2, const at::Tensor& residual = {});
+
+// A residual block's LayerNorm and the fp8 products of its output as one
+// function: LayerNorm(x) (fused_layer_norm.h's kernels: x bf16, weight and
+// bias fp32, widths multiples of 64 up to 1024) is written only as the
+// first product's e4m3 copies, never in bf16 (layer_norm_kernels.h's
+// forward_e4m3), a pass over it less each way; backward, its kernel takes
+// the products' gradient of LayerNorm(x) and adds the residual's.
+// The same values as fused_layer_norm_residual and the products apart,
+// bitwise.
+//
+// {linear_pair(LayerNorm(x), w1, b1, w2, b2), r}, r equal to x (the
+// residual of fused_layer_norm_residual).
+bool norm_linear_pair_applies(const at::Tensor& x, const at::Tensor& ln_w, const at::Tensor& ln_b,
+                              const at::Tensor& w1, const at::Tensor& w2);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_linear_pair(
+    const at::Tensor& x, const at::Tensor& ln_w, const at::Tensor& ln_b, double eps,
+    const at::Tensor& w1, const at::Tensor& b1, const at::Tensor& w2, const at::Tensor& b2);
+// gelu_mlp(LayerNorm(x), w1, b1, w2, b2, x): the MLP with x itself as the
+// residual (w2's rows x's width).
+bool norm_gelu_mlp_applies(const at::Tensor& x, const at::Tensor& ln_w, const at::Tensor& ln_b,
+                           const at::Tensor& w1, const at::Tensor& w2);
+at::Tensor norm_gelu_mlp(const at::Tensor& x, const at::Tensor& ln_w, const at::Tensor& ln_b,
+                         double eps, const at::Tensor& w1, const at::Tensor& b1,
+                         const at::Tensor& w2, const at::Tensor& b2);
 
 // Enters every tensor's amax since the last call into its history and
 // remakes its scale, in one launch on the current stream; nothing when fp8

@@ -49,26 +49,11 @@ at::Tensor layer_norm_forward(const at::Tensor& x, const at::Tensor& w, const at
   return y;
 }
 
-// {gx, gweight, gbias, none} from saved {x, w, mean, rstd}; `gres`, when
-// defined, is added to gx in the same kernel, which also sums gx over its
-// rows: offered (linear.h) to the Linear that wrote x as its bias gradient.
-variable_list layer_norm_backward(const variable_list& saved, const at::Tensor& gy_in,
-                                  const at::Tensor& gres_in) {
-  const auto &x = saved[0], &w = saved[1], &mean = saved[2], &rstd = saved[3];
-  const c10::cuda::CUDAGuard guard(x.device());
-  const int64_t width = x.size(-1), rows = x.numel() / width;
-  auto gw = at::zeros_like(w), gb = at::zeros_like(w);
-  if (!gy_in.defined()) return {gres_in, gw, gb, at::Tensor()};
-  const auto gy = rows_of(gy_in);
-  const auto gres = gres_in.defined() ? rows_of(gres_in) : at::Tensor();
-  auto gx = at::empty_like(x);
-  auto sums = at::zeros_like(w);
-  layer_norm_kernels::backward(
-      gy.data_ptr(), x.data_ptr(), mean.data_ptr<float>(), rstd.data_ptr<float>(),
-      w.data_ptr<float>(), gres.defined() ? gres.data_ptr() : nullptr, rows, width, gx.data_ptr(),
-      gw.data_ptr<float>(), gb.data_ptr<float>(), sums.data_ptr<float>(), stream_of(x));
-  offer_column_sums(gx, sums);
-  return {gx, gw, gb, at::Tensor()};
+// {gx, gweight, gbias, none} from saved {x, w, mean, rstd} (eps's gradient none).
+variable_list layer_norm_backward(const variable_list& saved, const at::Tensor& gy,
+                                  const at::Tensor& gres) {
+  auto g = layer_norm_kernels_backward(saved[0], saved[1], saved[2], saved[3], gy, gres);
+  return {g.x, g.weight, g.bias, at::Tensor()};
 }
 
 class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
@@ -113,6 +98,41 @@ class LayerNormResidualFunction : public torch::autograd::Function<LayerNormResi
 #endif
 
 }  // namespace
+
+#ifdef SLIPSTREAM_WITH_CUDA
+at::Tensor layer_norm_kernels_input(const at::Tensor& x) { return rows_of(x); }
+
+LayerNormGradients layer_norm_kernels_backward(const at::Tensor& x, const at::Tensor& w,
+                                               const at::Tensor& mean, const at::Tensor& rstd,
+                                               const at::Tensor& gy_in, const at::Tensor& gres_in) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  const int64_t width = x.size(-1), rows = x.numel() / width;
+  auto gw = at::zeros_like(w), gb = at::zeros_like(w);
+  if (!gy_in.defined()) return {gres_in, gw, gb};
+  const auto gy = rows_of(gy_in);
+  const auto gres = gres_in.defined() ? rows_of(gres_in) : at::Tensor();
+  auto gx = at::empty_like(x);
+  auto sums = at::zeros_like(w);
+  layer_norm_kernels::backward(
+      gy.data_ptr(), x.data_ptr(), mean.data_ptr<float>(), rstd.data_ptr<float>(),
+      w.data_ptr<float>(), gres.defined() ? gres.data_ptr() : nullptr, rows, width, gx.data_ptr(),
+      gw.data_ptr<float>(), gb.data_ptr<float>(), sums.data_ptr<float>(), stream_of(x));
+  offer_column_sums(gx, sums);
+  return {gx, gw, gb};
+}
+#else
+at::Tensor layer_norm_kernels_input(const at::Tensor&) {
+  TORCH_CHECK(false, "layer_norm_kernels_input: a build without CUDA has no LayerNorm kernels");
+  return {};
+}
+
+LayerNormGradients layer_norm_kernels_backward(const at::Tensor&, const at::Tensor&,
+                                               const at::Tensor&, const at::Tensor&,
+                                               const at::Tensor&, const at::Tensor&) {
+  TORCH_CHECK(false, "layer_norm_kernels_backward: a build without CUDA has no LayerNorm kernels");
+  return {};
+}
+#endif
 
 bool layer_norm_kernels_apply(const at::Tensor& x, const at::Tensor& weight,
                               const at::Tensor& bias) {

@@ -34,4 +34,23 @@ std::pair<at::Tensor, at::Tensor> fused_layer_norm_residual(const at::Tensor& x,
 bool layer_norm_kernels_apply(const at::Tensor& x, const at::Tensor& weight,
                               const at::Tensor& bias);
 
+// The kernels' path in pieces, for a function that runs the LayerNorm
+// inside its own (fp8_linear.h's norm_linear_pair and norm_gelu_mlp, which
+// write its output only in fp8). CUDA builds; elsewhere they throw.
+// x as the kernels take it: bf16, contiguous, 16-byte aligned (a copy where
+// it is not).
+at::Tensor layer_norm_kernels_input(const at::Tensor& x);
+// The backward of a LayerNorm whose forward the kernels ran on x (as
+// layer_norm_kernels_input made it) with `weight` (fp32), keeping mean and
+// rstd: x's gradient from gy (the output's, or undefined) with gres (a
+// residual path's, or undefined) added in the same kernel, and the
+// weight's and bias's (fp32). x's gradient's column sums are offered
+// (linear.h) to the Linear that wrote x, as its bias gradient.
+struct LayerNormGradients {
+  at::Tensor x, weight, bias;
+};
+LayerNormGradients layer_norm_kernels_backward(const at::Tensor& x, const at::Tensor& weight,
+                                               const at::Tensor& mean, const at::Tensor& rstd,
+                                               const at::Tensor& gy, const at::Tensor& gres);
+
 }  // namespace slipstream::aero

@@ -11,6 +11,7 @@
 // one input, against the ops apart.
 #include "aero/model/transolver/transolver.h"
 #include "aero/ops/fp8_linear.h"
+#include "aero/ops/fused_layer_norm.h"
 #include "aero/ops/linear.h"
 #include "core/device/device.h"
 
@@ -21,6 +22,7 @@
 #include <ATen/cuda/CUDAContext.h>
 
 #include "aero/kernels/fp8_kernels.h"
+#include "aero/kernels/layer_norm_kernels.h"
 #include "aero/ops/lt_matmul.h"
 #endif
 
@@ -771,6 +773,213 @@ TEST(Fp8LinearCudaTest, ThePairOfProjectionsMatchesTheTwoApart_CUDA) {
     EXPECT_TRUE(torch::equal(y1, fp8::linear(x, w1, b1)));
     EXPECT_TRUE(torch::equal(y2, fp8::linear(x, w2, b2)));
   }
+}
+
+#ifdef SLIPSTREAM_TEST_FP8_KERNELS
+// The LayerNorm that writes only its output's e4m3 copies, against the
+// LayerNorm kernel and then the cast, byte for byte: row-major and
+// transposed copies (the padding rows zero), the amax, the mean and 1/std;
+// and with no copies asked for, the amax and statistics alone. Both of the
+// kernels' layouts (widths 256 and 448), rows not a multiple of the tile.
+TEST(Fp8LinearCudaTest, TheLayerNormsCastMatchesTheLayerNormThenTheCast_CUDA) {
+  SKIP_WITHOUT_FP8();
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  const auto f32 = cuda.dtype(torch::kFloat);
+  const auto u8 = cuda.dtype(torch::kUInt8);
+  const auto stream = at::cuda::getCurrentCUDAStream().stream();
+  for (const int64_t width : {256, 448}) {
+    torch::manual_seed(width);
+    const int64_t rows = 20005, rows_out = 20016;
+    const auto x = (torch::randn({rows, width}, cuda) * 3 + 1).to(torch::kBFloat16);
+    const auto gamma = torch::randn({width}, f32), beta = torch::randn({width}, f32) * 0.1;
+    const auto scale = torch::full({1}, 37.5, f32);
+    auto y = torch::empty({rows, width}, cuda.dtype(torch::kBFloat16));
+    auto mean = torch::empty({rows}, f32), rstd = torch::empty({rows}, f32);
+    layer_norm_kernels::forward(x.data_ptr(), gamma.data_ptr<float>(), beta.data_ptr<float>(), rows,
+                                width, 1e-5f, y.data_ptr(), mean.data_ptr<float>(),
+                                rstd.data_ptr<float>(), stream);
+    auto q = torch::empty({rows_out, width}, u8), q_t = torch::empty({width, rows_out}, u8);
+    auto amax = torch::zeros({1}, f32);
+    fp8_kernels::quantize(y.data_ptr(), false, rows, rows_out, width, scale.data_ptr<float>(),
+                          fp8_kernels::Format::kE4M3, q.data_ptr<uint8_t>(),
+                          q_t.data_ptr<uint8_t>(), amax.data_ptr<float>(), stream);
+    // Filled with 0xff first: every byte, padding too, must be written.
+    auto fq = torch::full({rows_out, width}, 255, u8),
+         fq_t = torch::full({width, rows_out}, 255, u8);
+    auto famax = torch::zeros({1}, f32);
+    auto fmean = torch::empty({rows}, f32), frstd = torch::empty({rows}, f32);
+    layer_norm_kernels::forward_e4m3(
+        x.data_ptr(), gamma.data_ptr<float>(), beta.data_ptr<float>(), rows, rows_out, width, 1e-5f,
+        scale.data_ptr<float>(), fq.data_ptr<uint8_t>(), fq_t.data_ptr<uint8_t>(),
+        famax.data_ptr<float>(), fmean.data_ptr<float>(), frstd.data_ptr<float>(), stream);
+    EXPECT_TRUE(torch::equal(fq, q)) << width;
+    EXPECT_TRUE(torch::equal(fq_t, q_t)) << width;
+    EXPECT_TRUE(
+        torch::equal(fq.narrow(0, rows, rows_out - rows), torch::zeros({16 - 5, width}, u8)));
+    EXPECT_EQ(famax.item<float>(), amax.item<float>()) << width;
+    EXPECT_EQ(famax.item<float>(), y.abs().max().to(torch::kFloat).item<float>()) << width;
+    EXPECT_TRUE(torch::equal(fmean, mean)) << width;
+    EXPECT_TRUE(torch::equal(frstd, rstd)) << width;
+    auto only = torch::zeros({1}, f32);
+    layer_norm_kernels::forward_e4m3(x.data_ptr(), gamma.data_ptr<float>(), beta.data_ptr<float>(),
+                                     rows, rows_out, width, 1e-5f, scale.data_ptr<float>(), nullptr,
+                                     nullptr, only.data_ptr<float>(), fmean.data_ptr<float>(),
+                                     frstd.data_ptr<float>(), stream);
+    EXPECT_EQ(only.item<float>(), amax.item<float>()) << width;
+  }
+}
+#endif
+
+struct NormedRun {
+  std::vector<torch::Tensor> outputs, grads;  // grads: x, ln weight, ln bias, w1, b1, w2, b2
+  fp8::State s1, s2;
+};
+
+// Two steps of a residual block's LayerNorm and the fp8 products of its
+// output, as one function (fused: norm_linear_pair or norm_gelu_mlp) or
+// as fused_layer_norm_residual and the products apart, from a fresh
+// scaling state: the second step's outputs, every gradient of
+// sum(output_i * up_i) and the weights' scaling states.
+NormedRun run_normed(bool mlp, bool fused, const torch::Tensor& x_in,
+                     const std::vector<torch::Tensor>& params,
+                     const std::vector<torch::Tensor>& up) {
+  const Fp8On on;
+  auto x = leaf(x_in);
+  std::vector<torch::Tensor> p;
+  for (const auto& t : params) p.push_back(leaf(t));
+  const auto &lw = p[0], &lb = p[1], &w1 = p[2], &b1 = p[3], &w2 = p[4], &b2 = p[5];
+  const int64_t c = x.size(-1);
+  std::vector<torch::Tensor> out;
+  for (int step = 0; step < 2; ++step) {
+    std::vector<torch::Tensor*> all{&x};
+    for (auto& t : p) all.push_back(&t);
+    for (auto* t : all) t->mutable_grad() = torch::Tensor();
+    fp8::update_scales();
+    if (mlp) {
+      if (fused) {
+        out = {fp8::norm_gelu_mlp(x, lw, lb, 1e-5, w1, b1, w2, b2)};
+      } else {
+        const auto [n, r] = fused_layer_norm_residual(x, {c}, lw, lb, 1e-5);
+        out = {fp8::gelu_mlp(n, w1, b1, w2, b2, r)};
+      }
+    } else if (fused) {
+      const auto [y1, y2, r] = fp8::norm_linear_pair(x, lw, lb, 1e-5, w1, b1, w2, b2);
+      out = {y1, y2, r};
+    } else {
+      const auto [n, r] = fused_layer_norm_residual(x, {c}, lw, lb, 1e-5);
+      const auto [y1, y2] = fp8::linear_pair(n, w1, b1, w2, b2);
+      out = {y1, y2, r};
+    }
+    auto loss = torch::zeros({}, up[0].options());
+    for (size_t i = 0; i < out.size(); ++i) loss = loss + (out[i].to(torch::kFloat) * up[i]).sum();
+    loss.backward();
+  }
+  NormedRun run;
+  for (const auto& t : out) run.outputs.push_back(t.detach());
+  run.grads.push_back(x.grad());
+  for (const auto& t : p) run.grads.push_back(t.grad());
+  run.s1 = fp8::state_of(w1);
+  run.s2 = fp8::state_of(w2);
+  return run;
+}
+
+// A residual block's LayerNorm as the prologue of its fp8 products (the
+// attention's pair of input projections at the Transolver's width, the
+// MLP at the GeoTransolver's), its output written only in e4m3, against
+// fused_layer_norm_residual and the products apart: the outputs, x's and
+// the products' gradients and the scaling states bitwise; the LayerNorm's
+// weight and bias gradients (summed with atomics) to fp32 summation order.
+TEST(Fp8LinearCudaTest, TheLayerNormBeforeTheProductsMatchesItApart_CUDA) {
+  SKIP_WITHOUT_FP8();
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  for (const bool mlp : {false, true}) {
+    torch::manual_seed(mlp ? 31 : 29);
+    const int64_t rows = 20005, c = mlp ? 448 : 256, hidden = mlp ? 4 * c : c;
+    const auto x = (torch::randn({1, rows, c}, cuda) * 2).to(torch::kBFloat16);
+    const std::vector<torch::Tensor> params{
+        torch::randn({c}, cuda) * 0.5 + 1,
+        torch::randn({c}, cuda) * 0.1,
+        torch::randn({hidden, c}, cuda) / std::sqrt(double(c)),
+        torch::randn({hidden}, cuda) * 0.1,
+        torch::randn({mlp ? c : hidden, mlp ? hidden : c}, cuda) / std::sqrt(double(c)),
+        torch::randn({mlp ? c : hidden}, cuda) * 0.1};
+    std::vector<torch::Tensor> up{torch::randn({1, rows, mlp ? c : hidden}, cuda)};
+    if (!mlp) {
+      up.push_back(torch::randn({1, rows, hidden}, cuda));
+      up.push_back(torch::randn({1, rows, c}, cuda));  // the residual's
+    }
+    {
+      const Fp8On on;
+      ASSERT_TRUE(
+          mlp ? fp8::norm_gelu_mlp_applies(x, params[0], params[1], params[2], params[4])
+              : fp8::norm_linear_pair_applies(x, params[0], params[1], params[2], params[4]));
+      // Not for an fp32 x, which the LayerNorm kernels do not take.
+      EXPECT_FALSE(fp8::norm_linear_pair_applies(x.to(torch::kFloat), params[0], params[1],
+                                                 params[2], params[4]));
+    }
+    const auto one = run_normed(mlp, true, x, params, up);
+    const auto apart = run_normed(mlp, false, x, params, up);
+    const char* what = mlp ? "mlp" : "pair";
+    ASSERT_EQ(one.outputs.size(), apart.outputs.size());
+    for (size_t i = 0; i < one.outputs.size(); ++i) {
+      EXPECT_TRUE(torch::equal(one.outputs[i], apart.outputs[i])) << what << " output " << i;
+    }
+    const char* names[] = {"x", "ln weight", "ln bias", "w1", "b1", "w2", "b2"};
+    for (size_t i = 0; i < one.grads.size(); ++i) {
+      ASSERT_TRUE(one.grads[i].defined() && apart.grads[i].defined()) << what << " " << names[i];
+      if (i == 1 || i == 2 || (mlp && i == 4)) {
+        EXPECT_LE(relative_error(one.grads[i].to(torch::kFloat), apart.grads[i].to(torch::kFloat)),
+                  1e-5)
+            << what << " " << names[i];
+      } else {
+        EXPECT_TRUE(torch::equal(one.grads[i], apart.grads[i])) << what << " " << names[i];
+      }
+    }
+    for (const auto& [a, b] : {std::pair{&one.s1, &apart.s1}, std::pair{&one.s2, &apart.s2}}) {
+      ASSERT_TRUE(a->history.defined() && b->history.defined()) << what;
+      EXPECT_TRUE(torch::equal(a->history, b->history)) << what;
+      EXPECT_TRUE(torch::equal(a->scale, b->scale)) << what;
+    }
+  }
+}
+
+// A weight derived from a parameter at each call (GALE's per-head padded
+// projections) keyed as the parameter by fp8::KeyAs: three steps, each on
+// a new padded copy, make one Linear's scaling state, the parameter's,
+// whose history holds the three steps' weight amaxes; without KeyAs each
+// copy would have made a state of its own.
+TEST(Fp8LinearCudaTest, APaddedCopyKeepsItsParametersScalingState_CUDA) {
+  SKIP_WITHOUT_FP8();
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(37);
+  const auto x = torch::randn({4000, 64}, cuda).to(torch::kBFloat16);
+  auto w = leaf(torch::randn({56, 64}, cuda));
+  const auto b = torch::zeros({64}, cuda);
+  const Fp8On on;
+  std::vector<float> amaxes;
+  for (int step = 0; step < 3; ++step) {
+    fp8::update_scales();
+    {
+      torch::NoGradGuard no_grad;
+      w.mul_(1.5);  // a larger weight amax each step
+    }
+    const auto padded = torch::constant_pad_nd(w, {0, 0, 0, 8});  // (64, 64)
+    amaxes.push_back(w.abs().max().item<float>());
+    const fp8::KeyAs key(padded, w);
+    fp8::linear(x, padded, b).to(torch::kFloat).sum().backward();
+  }
+  fp8::update_scales();
+  EXPECT_EQ(fp8::linears(), 1);
+  const auto state = fp8::state_of(w);
+  ASSERT_TRUE(state.history.defined());
+  const auto weight_history = state.history[1].cpu();
+  for (const float a : amaxes) {
+    EXPECT_TRUE(weight_history.eq(a).any().item<bool>()) << a;
+  }
+  // Without it: a state for the copy.
+  const auto copy = torch::constant_pad_nd(w.detach(), {0, 0, 0, 8});
+  fp8::linear(x, copy, b);
+  EXPECT_EQ(fp8::linears(), 2);
 }
 
 }  // namespace

@@ -102,11 +102,17 @@ torch::Tensor GaleAttentionImpl::deslice(const torch::Tensor& w, const torch::Te
 
 torch::Tensor GaleAttentionImpl::forward(const torch::Tensor& x_in, const torch::Tensor& context,
                                          const torch::Tensor& residual) {
-  const auto x = autocast_input(x_in);
-  if (domain_group == nullptr && uses_fused(x)) return forward_fused(x, context, residual);
-  const int64_t b = x.size(0), n = x.size(1);
-  const auto [xm, fxm] = attention_inputs_pair(x, in_project_x->weight, in_project_x->bias,
-                                               in_project_fx->weight, in_project_fx->bias);
+  return forward(AttentionInput{autocast_input(x_in), residual}, context);
+}
+
+torch::Tensor GaleAttentionImpl::forward(const AttentionInput& in, const torch::Tensor& context) {
+  // The projections' input dtype: x's (or its LayerNorm's) under autocast.
+  if (domain_group == nullptr && uses_fused(autocast_input(in.x))) {
+    return forward_fused(in, context);
+  }
+  const int64_t b = in.x.size(0), n = in.x.size(1);
+  const auto [xm, fxm, residual] = project_attention_input(
+      in, in_project_x->weight, in_project_x->bias, in_project_fx->weight, in_project_fx->bias);
   const auto x_mid = xm.view({b, n, heads, dim_head});
   const auto fx_mid = fxm.view({b, n, heads, dim_head});
   const auto [w, tokens] = slice(projection(), x_mid, fx_mid, domain_group);
@@ -152,13 +158,21 @@ torch::Tensor pad_last(const torch::Tensor& t, int64_t dp) {
 
 }  // namespace
 
-torch::Tensor GaleAttentionImpl::forward_fused(const torch::Tensor& x, const torch::Tensor& context,
-                                               const torch::Tensor& residual) {
-  const int64_t b = x.size(0), n = x.size(1), d = dim_head;
+torch::Tensor GaleAttentionImpl::forward_fused(const AttentionInput& in,
+                                               const torch::Tensor& context) {
+  const int64_t b = in.x.size(0), n = in.x.size(1), d = dim_head;
   const int64_t dp = slice_ops::kernel_dim(d);
   const auto [wx, bx] = pad_head_rows(*in_project_x, heads, d, dp);
   const auto [wf, bf] = pad_head_rows(*in_project_fx, heads, d, dp);
-  const auto [xm, fxm] = attention_inputs_pair(x, wx, bx, wf, bf);
+  // out_linear's weight (E, H d) padded per head to (E, H dp).
+  const auto wo = dp == d
+                      ? out_linear->weight
+                      : torch::constant_pad_nd(out_linear->weight.view({-1, heads, d}), {0, dp - d})
+                            .view({out_linear->weight.size(0), heads * dp});
+  // Under precision: fp8, the padded copies' scaling state is the parameters'.
+  const fp8::KeyAs key_x(wx, in_project_x->weight), key_f(wf, in_project_fx->weight),
+      key_o(wo, out_linear->weight);
+  const auto [xm, fxm, residual] = project_attention_input(in, wx, bx, wf, bf);
   const auto x_mid = xm.view({b, n, heads, dp});
   const auto fx_mid = fxm.view({b, n, heads, dp});
   // The leaves of the mix, in order: Wqkv, then with a context the cross
@@ -193,11 +207,6 @@ torch::Tensor GaleAttentionImpl::forward_fused(const torch::Tensor& x, const tor
                                  {pad_last(in_project_slice->weight, dp), in_project_slice->bias,
                                   temperature, kGeoSliceNormEps},
                                  mix, leaves);
-  // out_linear's weight (E, H d) padded per head to (E, H dp).
-  const auto wo = dp == d
-                      ? out_linear->weight
-                      : torch::constant_pad_nd(out_linear->weight.view({-1, heads, d}), {0, dp - d})
-                            .view({out_linear->weight.size(0), heads * dp});
   return linear_residual(y.reshape({b, n, heads * dp}), wo, out_linear->bias, residual);
 }
 
@@ -213,14 +222,13 @@ GaleBlockImpl::GaleBlockImpl(int64_t width, const GeoTransolverOptions& o, int64
 
 torch::Tensor GaleBlockImpl::AttentionPart::run_with(const torch::Tensor& x,
                                                      const torch::Tensor& context) {
-  const auto [norm, residual] = layer_norm_residual(*block->ln_1, x, block->bf16_layer_norm);
-  return block->Attn->forward(norm, context, residual);
+  return block->Attn->forward(AttentionInput{x, {}, block->ln_1.get(), block->bf16_layer_norm},
+                              context);
 }
 
 torch::Tensor GaleBlockImpl::MlpPart::run(const torch::Tensor& x) {
   const auto& ln = *block->ln_mlp1[0]->as<torch::nn::LayerNorm>();
-  const auto [norm, residual] = layer_norm_residual(ln, x, block->bf16_layer_norm);
-  return block->ln_mlp1[1]->as<Mlp>()->forward_plus(norm, residual);
+  return block->ln_mlp1[1]->as<Mlp>()->forward_normed(ln, x, block->bf16_layer_norm);
 }
 
 torch::Tensor GaleBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& context) {

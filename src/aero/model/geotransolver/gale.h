@@ -34,6 +34,9 @@ class GaleAttentionImpl : public torch::nn::Module {
   // GEMM where linear_residual, linear.h, can).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& context,
                         const torch::Tensor& residual = {});
+  // The same of an AttentionInput (layers.h): with its LayerNorm, the
+  // attention of LayerNorm(x) plus x.
+  torch::Tensor forward(const AttentionInput& in, const torch::Tensor& context);
   // Whether forward takes the fused path for this (autocast-cast) input.
   bool uses_fused(const torch::Tensor& x) const;
   // forward over all points in chunks, in two passes (plain LibTorch, no
@@ -57,8 +60,7 @@ class GaleAttentionImpl : public torch::nn::Module {
   torch::nn::Sequential concat_project{nullptr};
 
  private:
-  torch::Tensor forward_fused(const torch::Tensor& x, const torch::Tensor& context,
-                              const torch::Tensor& residual);
+  torch::Tensor forward_fused(const AttentionInput& in, const torch::Tensor& context);
   torch::Tensor mix_with_parameters(const torch::Tensor& tokens, const torch::Tensor& context);
   // w (B, N, H, S) and the mixed tokens back to the points, out_linear.
   torch::Tensor deslice(const torch::Tensor& w, const torch::Tensor& mixed,

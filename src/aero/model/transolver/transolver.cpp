@@ -44,11 +44,14 @@ bool PhysicsAttentionImpl::uses_fused(const torch::Tensor& x_mid) const {
 
 torch::Tensor PhysicsAttentionImpl::forward(const torch::Tensor& x_in,
                                             const torch::Tensor& residual) {
-  const int64_t b = x_in.size(0), n = x_in.size(1);
-  // Both input projections read x: cast it once under autocast.
-  const auto x = autocast_input(x_in);
-  auto [xm, fxm] = attention_inputs_pair(x, in_project_x->weight, in_project_x->bias,
-                                         in_project_fx->weight, in_project_fx->bias);
+  return forward(AttentionInput{autocast_input(x_in), residual});
+}
+
+torch::Tensor PhysicsAttentionImpl::forward(const AttentionInput& in) {
+  const int64_t b = in.x.size(0), n = in.x.size(1);
+  // Both input projections read x (or its LayerNorm): cast once under autocast.
+  const auto [xm, fxm, residual] = project_attention_input(
+      in, in_project_x->weight, in_project_x->bias, in_project_fx->weight, in_project_fx->bias);
   auto x_mid = xm.view({b, n, heads, dim_head});
   auto fx_mid = fxm.view({b, n, heads, dim_head});
   torch::Tensor out;
@@ -100,15 +103,13 @@ TransolverBlockImpl::TransolverBlockImpl(const TransolverOptions& o, bool last)
 }
 
 torch::Tensor TransolverBlockImpl::AttentionPart::run(const torch::Tensor& x) {
-  const auto [norm, residual] = layer_norm_residual(*block->ln_1, x, block->bf16_layer_norm);
-  return block->Attn->forward(norm, residual);
+  return block->Attn->forward(AttentionInput{x, {}, block->ln_1.get(), block->bf16_layer_norm});
 }
 
 torch::Tensor TransolverBlockImpl::MlpPart::run(const torch::Tensor& x_in) {
   auto& b = *block;
-  const auto [norm, residual] =
-      layer_norm_residual(*b.ln_mlp1[0]->as<torch::nn::LayerNorm>(), x_in, b.bf16_layer_norm);
-  auto x = b.ln_mlp1[1]->as<Mlp>()->forward_plus(norm, residual);
+  auto x = b.ln_mlp1[1]->as<Mlp>()->forward_normed(*b.ln_mlp1[0]->as<torch::nn::LayerNorm>(), x_in,
+                                                   b.bf16_layer_norm);
   if (b.ln_mlp2.is_empty()) return x;
   return linear(*b.ln_mlp2[1]->as<torch::nn::Linear>(),
                 layer_norm(*b.ln_mlp2[0]->as<torch::nn::LayerNorm>(), x, b.bf16_layer_norm));

@@ -41,6 +41,9 @@ class PhysicsAttentionImpl : public torch::nn::Module {
   // The attention of x, plus residual where defined (added in out_linear's
   // GEMM where linear_residual, linear.h, can).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& residual = {});
+  // The same of an AttentionInput (layers.h): with its LayerNorm, the
+  // attention of LayerNorm(x) plus x.
+  torch::Tensor forward(const AttentionInput& in);
   // The slice weights (B, N, H, G), for tests and tools.
   torch::Tensor slice_weights(const torch::Tensor& x_mid);
   // Whether forward(x) takes the fused path for this x_mid.

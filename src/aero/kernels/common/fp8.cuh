@@ -1,0 +1,41 @@
+// Device helpers of the fp8 casts (fp8_kernels.h's and the LayerNorm's that
+// writes fp8): saturating conversion of scaled pairs, the running max |v|
+// that a non-finite value makes +inf, and a block's amax in one atomic.
+#pragma once
+
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace slipstream::aero::kernels::fp8 {
+
+// (a s, b s) in kFormat, saturated to its largest finite value (NaN stays
+// NaN), a's byte low.
+template <__nv_fp8_interpretation_t kFormat>
+__device__ __forceinline__ uint16_t pair(float a, float b, float s) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(a * s, b * s), __NV_SATFINITE, kFormat);
+}
+
+// max(m, |v|), or +inf where v is not finite.
+__device__ __forceinline__ float bounded_max(float m, float v) {
+  return isfinite(v) ? fmaxf(m, fabsf(v)) : INFINITY;
+}
+
+// amax[0] = max(amax[0], the largest m of the block's kThreads threads):
+// one atomic a block. warp_max: kThreads / 32 floats of shared memory. Every
+// thread of the block must call it.
+template <int kThreads>
+__device__ __forceinline__ void block_amax(float m, float* warp_max, float* amax) {
+  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float b = 0.f;
+    for (int w = 0; w < kThreads / 32; ++w) b = fmaxf(b, warp_max[w]);
+    // Non-negative floats order as their bits do.
+    if (b > 0.f) atomicMax(reinterpret_cast<int*>(amax), __float_as_int(b));
+  }
+}
+
+}  // namespace slipstream::aero::kernels::fp8
