@@ -79,6 +79,9 @@ __device__ inline void load_params(const float* src, int lane, float (&v)[V][E])
 // A row's LayerNorm in place, v becoming (v - mean) rstd gamma + beta (in
 // fp32, before any rounding), with its mean and 1 / std: one function for
 // both forward kernels, so that they compute the same values bit for bit.
+// Its products and sums round explicitly (the _rn intrinsics), which the
+// code generator may not fuse as it may fuse a plain mul and add in one
+// kernel and not in the other.
 template <int V, int E>
 __device__ inline void normalize(float (&v)[V][E], const float (&g)[V][E], const float (&b)[V][E],
                                  float eps, float& mean, float& rstd) {
@@ -87,21 +90,21 @@ __device__ inline void normalize(float (&v)[V][E], const float (&g)[V][E], const
 #pragma unroll
   for (int i = 0; i < V; ++i)
 #pragma unroll
-    for (int e = 0; e < E; ++e) s += v[i][e];
-  mean = warp_sum(s) * (1.0f / C);
+    for (int e = 0; e < E; ++e) s = __fadd_rn(s, v[i][e]);
+  mean = __fmul_rn(warp_sum(s), 1.0f / C);
   float q = 0.0f;
 #pragma unroll
   for (int i = 0; i < V; ++i)
 #pragma unroll
     for (int e = 0; e < E; ++e) {
-      v[i][e] -= mean;
-      q += v[i][e] * v[i][e];
+      v[i][e] = __fsub_rn(v[i][e], mean);
+      q = __fmaf_rn(v[i][e], v[i][e], q);
     }
-  rstd = rsqrtf(warp_sum(q) * (1.0f / C) + eps);
+  rstd = rsqrtf(__fmaf_rn(warp_sum(q), 1.0f / C, eps));
 #pragma unroll
   for (int i = 0; i < V; ++i)
 #pragma unroll
-    for (int e = 0; e < E; ++e) v[i][e] = v[i][e] * rstd * g[i][e] + b[i][e];
+    for (int e = 0; e < E; ++e) v[i][e] = __fmaf_rn(__fmul_rn(v[i][e], rstd), g[i][e], b[i][e]);
 }
 
 template <int V, int E>
