@@ -903,10 +903,12 @@ TEST(Fp8LinearCudaTest, TheLayerNormBeforeTheProductsMatchesItApart_CUDA) {
         torch::randn({hidden}, cuda) * 0.1,
         torch::randn({mlp ? c : hidden, mlp ? hidden : c}, cuda) / std::sqrt(double(c)),
         torch::randn({mlp ? c : hidden}, cuda) * 0.1};
-    std::vector<torch::Tensor> up{torch::randn({1, rows, mlp ? c : hidden}, cuda)};
+    // The upstream gradients of the outputs: y (MLP); y1, y2 and r (pair).
+    std::vector<torch::Tensor> up(mlp ? 1 : 3);
+    up[0] = torch::randn({1, rows, mlp ? c : hidden}, cuda);
     if (!mlp) {
-      up.push_back(torch::randn({1, rows, hidden}, cuda));
-      up.push_back(torch::randn({1, rows, c}, cuda));  // the residual's
+      up[1] = torch::randn({1, rows, hidden}, cuda);
+      up[2] = torch::randn({1, rows, c}, cuda);
     }
     {
       const Fp8On on;
