@@ -67,14 +67,24 @@ __global__ void __launch_bounds__(kTile* kRowsPerPass)
 }
 
 // The same cast, vectorised, for the common case (cols a multiple of 8,
-// every pointer 16-byte aligned): a 64 x 64 tile at a time, each thread
-// loading 8 values (16 bytes of bf16) along a row and storing their 8 fp8
-// bytes at once; the transposed copy written 16 bytes (16 rows) a thread
-// from the tile in shared memory. Blocks stride over the tiles, so that the
-// amax takes one atomic a block.
-constexpr int kVecTile = 64;
+// every pointer 16-byte aligned, rows_out a multiple of 16): a tile of 128
+// rows x 128 columns at a time. A thread has 8 packs of 8 values in a tile
+// (rows 16 apart) and loads them kHeld at a time before it casts them (64
+// bytes of bf16 a thread in flight; 4 measured faster than 2 or 8); the
+// row-major bytes go out 8 a thread, 128 contiguous a tile row. In shared
+// memory the tile is kept as 32-bit words, word w of row r at
+// swizzled(r, w), so that the transposed copy reads 4 columns x 16 rows a
+// thread with no bank conflict, turns them into the 4 columns' 16 bytes
+// with byte permutes and stores a column's 128 tile rows as one 128-byte
+// segment from 8 lanes. Blocks stride over the tiles, so that the amax
+// takes one atomic a block.
+constexpr int kVecRows = 128, kVecCols = 128;
 constexpr int kVecThreads = 256;
-constexpr int kVecPad = 8;  // a tile row is 72 bytes: 8-byte aligned
+constexpr int kPackThreads = kVecCols / 8;             // threads along a tile row
+constexpr int kPassRows = kVecThreads / kPackThreads;  // tile rows a pass
+constexpr int kPasses = kVecRows / kPassRows;
+constexpr int kTileWords = kVecCols / 4;  // 32-bit words a tile row
+constexpr int kHeld = 4;                  // passes loaded before their casts
 
 using kernels::fp8::bounded_max;
 
@@ -87,28 +97,61 @@ __device__ __forceinline__ uint2 pack8(const float (&v)[8], float s) {
                         (static_cast<uint32_t>(kernels::fp8::pair<kFormat>(v[6], v[7], s)) << 16));
 }
 
-using VecTile = uint8_t[kVecTile][kVecTile + kVecPad];
+using VecTile = uint32_t[kVecRows][kTileWords];
 
-// The tile's transposed copy into out_t (cols, rows_out): a tile column a
-// thread, 16 rows (4 groups of 16) at once. Ends with a barrier (the tile
-// may then be rewritten).
+// Where word w of tile row r is kept: w with a multiple of 4 (below
+// kTileWords) flipped per group of 16 rows.
+__device__ __forceinline__ int swizzled(int r, int w) { return w ^ (((r / 16) % 8) * 4); }
+
+// The 8 bytes of tile row lr, columns lc .. lc + 7 (lc a multiple of 8:
+// the two words stay side by side under the swizzle).
+__device__ __forceinline__ void tile_store(VecTile& tile, int lr, int lc, uint2 packed) {
+  *reinterpret_cast<uint2*>(&tile[lr][swizzled(lr, lc / 4)]) = packed;
+}
+
+// a: 4 rows' words of the same 4 columns; col[k]: column k's bytes of
+// those rows, the first row's low.
+__device__ __forceinline__ void transpose4(const uint32_t (&a)[4], uint32_t (&col)[4]) {
+  const uint32_t t0 = __byte_perm(a[0], a[1], 0x5140), t1 = __byte_perm(a[0], a[1], 0x7362);
+  const uint32_t t2 = __byte_perm(a[2], a[3], 0x5140), t3 = __byte_perm(a[2], a[3], 0x7362);
+  col[0] = __byte_perm(t0, t2, 0x5410);
+  col[1] = __byte_perm(t0, t2, 0x7632);
+  col[2] = __byte_perm(t1, t3, 0x5410);
+  col[3] = __byte_perm(t1, t3, 0x7632);
+}
+
+// The tile's transposed copy into out_t (cols, rows_out): lane l of warp w
+// takes word 4 w + l / 8 (4 columns) of rows 16 (l % 8) .. + 15, so that 8
+// lanes store a column's 128 bytes. Ends with a barrier (the tile may then
+// be rewritten).
 __device__ __forceinline__ void store_transposed(const VecTile& tile, uint8_t* out_t, int64_t row0,
                                                  int64_t col0, int64_t rows_out, int64_t cols) {
-  const int tc = threadIdx.x % kVecTile, tr = (threadIdx.x / kVecTile) * 16;
   if (out_t != nullptr) {
     __syncthreads();
-    const int64_t oc = col0 + tc, orow = row0 + tr;
-    // rows_out is a multiple of 16: a group of 16 rows is wholly in or out.
-    if (oc < cols && orow < rows_out) {
-      uint32_t w[4];
+    const int lane = threadIdx.x % 32, rg = lane % 8;
+    const int w = (threadIdx.x / 32) * 4 + lane / 8;
+    const int64_t orow = row0 + 16 * rg, oc = col0 + 4 * w;
+    // rows_out is a multiple of 16: a group of 16 rows is wholly in or out;
+    // cols is one of 8: so are a word's 4 columns.
+    if (orow < rows_out && oc < cols) {
+      uint32_t col[4][4];  // [column][rows 4 q .. 4 q + 3]
 #pragma unroll
-      for (int g = 0; g < 4; ++g) {
-        w[g] = static_cast<uint32_t>(tile[tr + 4 * g][tc]) |
-               (static_cast<uint32_t>(tile[tr + 4 * g + 1][tc]) << 8) |
-               (static_cast<uint32_t>(tile[tr + 4 * g + 2][tc]) << 16) |
-               (static_cast<uint32_t>(tile[tr + 4 * g + 3][tc]) << 24);
+      for (int q = 0; q < 4; ++q) {
+        uint32_t a[4], t[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int r = 16 * rg + 4 * q + i;
+          a[i] = tile[r][swizzled(r, w)];
+        }
+        transpose4(a, t);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) col[k][q] = t[k];
       }
-      *reinterpret_cast<uint4*>(out_t + oc * rows_out + orow) = make_uint4(w[0], w[1], w[2], w[3]);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        *reinterpret_cast<uint4*>(out_t + (oc + k) * rows_out + orow) =
+            make_uint4(col[k][0], col[k][1], col[k][2], col[k][3]);
+      }
     }
   }
   __syncthreads();
@@ -119,8 +162,40 @@ __device__ __forceinline__ void block_amax(float m, float* warp_max, float* amax
   kernels::fp8::block_amax<kVecThreads>(m, warp_max, amax);
 }
 
+// 8 consecutive values of the input (bf16 or fp32) as they were loaded.
+template <bool kFp32>
+struct Raw8 {
+  uint4 w[kFp32 ? 2 : 1];
+
+  __device__ __forceinline__ void load(const void* in, int64_t i) {  // i a multiple of 8
+    if constexpr (kFp32) {
+      const auto* p = reinterpret_cast<const uint4*>(static_cast<const float*>(in) + i);
+      w[0] = p[0];
+      w[1] = p[1];
+    } else {
+      w[0] = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(in) + i);
+    }
+  }
+
+  __device__ __forceinline__ void values(float (&v)[8]) const {
+    if constexpr (kFp32) {
+      const uint32_t u[8] = {w[0].x, w[0].y, w[0].z, w[0].w, w[1].x, w[1].y, w[1].z, w[1].w};
+#pragma unroll
+      for (int k = 0; k < 8; ++k) v[k] = __uint_as_float(u[k]);
+    } else {
+      const auto* h = reinterpret_cast<const __nv_bfloat162*>(&w[0]);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float2 f = __bfloat1622float2(h[k]);
+        v[2 * k] = f.x;
+        v[2 * k + 1] = f.y;
+      }
+    }
+  }
+};
+
 template <__nv_fp8_interpretation_t kFormat, bool kFp32>
-__global__ void __launch_bounds__(kVecThreads)
+__global__ void __launch_bounds__(kVecThreads, 2)
     quantize_vec_kernel(const void* __restrict__ in, int64_t rows, int64_t rows_out, int64_t cols,
                         int64_t tile_cols, int64_t tiles, const float* __restrict__ scale,
                         uint8_t* __restrict__ out, uint8_t* __restrict__ out_t,
@@ -130,43 +205,37 @@ __global__ void __launch_bounds__(kVecThreads)
   const int tid = threadIdx.x;
   const float s = scale[0];
   float m = 0.f;
-  // Load phase: 8 threads a row (8 columns each), 32 rows a pass.
-  const int lc = (tid % 8) * 8, lr0 = tid / 8;
+  const int lc = (tid % kPackThreads) * 8, lr0 = tid / kPackThreads;
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-    const int64_t row0 = (t / tile_cols) * kVecTile, col0 = (t % tile_cols) * kVecTile;
+    const int64_t row0 = (t / tile_cols) * kVecRows, col0 = (t % tile_cols) * kVecCols;
     const int64_t c = col0 + lc;
+#pragma unroll 1
+    for (int p0 = 0; p0 < kPasses; p0 += kHeld) {
+      Raw8<kFp32> raw[kHeld];
+      bool valid[kHeld];
 #pragma unroll
-    for (int pass = 0; pass < kVecTile / 32; ++pass) {
-      const int lr = lr0 + pass * 32;
-      const int64_t r = row0 + lr;
-      uint2 packed = make_uint2(0u, 0u);  // fp8 zeros, also in the padding rows
-      if (c < cols && r < rows) {
-        float v[8];
-        if constexpr (kFp32) {
-          const auto* p =
-              reinterpret_cast<const float4*>(static_cast<const float*>(in) + r * cols + c);
-          const float4 a = p[0], b = p[1];
-          v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z,
-          v[7] = b.w;
-        } else {
-          const uint4 raw =
-              *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(in) + r * cols + c);
-          const auto* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+      for (int p = 0; p < kHeld; ++p) {
+        const int64_t r = row0 + lr0 + (p0 + p) * kPassRows;
+        valid[p] = c < cols && r < rows;
+        if (valid[p]) raw[p].load(in, r * cols + c);
+      }
 #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const float2 f = __bfloat1622float2(h[k]);
-            v[2 * k] = f.x;
-            v[2 * k + 1] = f.y;
-          }
+      for (int p = 0; p < kHeld; ++p) {
+        const int lr = lr0 + (p0 + p) * kPassRows;
+        const int64_t r = row0 + lr;
+        uint2 packed = make_uint2(0u, 0u);  // fp8 zeros, also in the padding rows
+        if (valid[p]) {
+          float v[8];
+          raw[p].values(v);
+#pragma unroll
+          for (int k = 0; k < 8; ++k) m = bounded_max(m, v[k]);
+          packed = pack8<kFormat>(v, s);
         }
-#pragma unroll
-        for (int k = 0; k < 8; ++k) m = bounded_max(m, v[k]);
-        packed = pack8<kFormat>(v, s);
+        if (out != nullptr && c < cols && r < rows_out) {
+          *reinterpret_cast<uint2*>(out + r * cols + c) = packed;
+        }
+        tile_store(tile, lr, lc, packed);
       }
-      if (out != nullptr && c < cols && r < rows_out) {
-        *reinterpret_cast<uint2*>(out + r * cols + c) = packed;
-      }
-      *reinterpret_cast<uint2*>(&tile[lr][lc]) = packed;
     }
     store_transposed(tile, out_t, row0, col0, rows_out, cols);
   }
@@ -175,13 +244,13 @@ __global__ void __launch_bounds__(kVecThreads)
 
 // The casts of gelu(h) (kBackward false) and of g gelu'(h) (kBackward
 // true), each value rounded to bf16 first (kernels/common/gelu.cuh), in
-// the vectorised kernel's 64 x 64 tiles; a block owns one strip of 64
+// the vectorised kernel's tiles; a block owns one strip of kVecCols
 // columns (blockIdx.y) and walks its row tiles blockIdx.x, + gridDim.x,
 // ..., so that with `partial` it also sums its rows of each column (of the
 // bf16 values) and writes them as its row of partial, in a fixed order.
 // At most one wave of blocks: each first fills its GELU table.
 template <__nv_fp8_interpretation_t kFormat, bool kBackward>
-__global__ void __launch_bounds__(kVecThreads)
+__global__ void __launch_bounds__(kVecThreads, 2)
     gelu_quantize_kernel(const uint4* __restrict__ h, const uint4* __restrict__ g, int64_t rows,
                          int64_t rows_out, int64_t cols, const float* __restrict__ scale,
                          uint8_t* __restrict__ out, uint8_t* __restrict__ out_t,
@@ -191,65 +260,74 @@ __global__ void __launch_bounds__(kVecThreads)
   __shared__ float warp_max[kVecThreads / 32];
   __shared__ __nv_bfloat16 value[kBackward ? 1 : gelu::kEntries];
   __shared__ float slope[kBackward ? gelu::kEntries : 1];
-  __shared__ float sums[kBackward ? kVecThreads / 32 : 1][kVecTile];
+  __shared__ float sums[kBackward ? kVecThreads / 32 : 1][kVecCols];
   gelu::fill_tables(kBackward ? nullptr : value, kBackward ? slope : nullptr);
   const int tid = threadIdx.x;
   const float s = scale[0];
   float m = 0.f;
   float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-  const int lc = (tid % 8) * 8, lr0 = tid / 8;
-  const int64_t col0 = int64_t(blockIdx.y) * kVecTile, c = col0 + lc, packs_per_row = cols / 8;
-  const int64_t row_tiles = rows_out / kVecTile + (rows_out % kVecTile != 0);
+  const int lc = (tid % kPackThreads) * 8, lr0 = tid / kPackThreads;
+  const int64_t col0 = int64_t(blockIdx.y) * kVecCols, c = col0 + lc, packs_per_row = cols / 8;
+  const int64_t row_tiles = rows_out / kVecRows + (rows_out % kVecRows != 0);
   for (int64_t t = blockIdx.x; t < row_tiles; t += gridDim.x) {
-    const int64_t row0 = t * kVecTile;
+    const int64_t row0 = t * kVecRows;
+#pragma unroll 1
+    for (int p0 = 0; p0 < kPasses; p0 += kHeld) {
+      gelu::Pack8 x[kHeld], dy[kBackward ? kHeld : 1];
+      bool valid[kHeld];
 #pragma unroll
-    for (int pass = 0; pass < kVecTile / 32; ++pass) {
-      const int lr = lr0 + pass * 32;
-      const int64_t r = row0 + lr;
-      uint2 packed = make_uint2(0u, 0u);  // fp8 zeros, also in the padding rows
-      if (c < cols && r < rows) {
-        const int64_t i = r * packs_per_row + c / 8;
-        gelu::Pack8 x, y;
-        x.raw = h[i];
-        if constexpr (kBackward) {
-          gelu::Pack8 dy;
-          dy.raw = g[i];
-          gelu::slope_pack(x, dy, slope, y);
-        } else {
-          gelu::forward_pack(x, value, y);
+      for (int p = 0; p < kHeld; ++p) {
+        const int64_t r = row0 + lr0 + (p0 + p) * kPassRows;
+        valid[p] = c < cols && r < rows;
+        if (valid[p]) {
+          const int64_t i = r * packs_per_row + c / 8;
+          x[p].raw = h[i];
+          if constexpr (kBackward) dy[p].raw = g[i];
         }
-        float v[8];
+      }
 #pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          v[k] = __bfloat162float(y.v[k]);
-          m = bounded_max(m, v[k]);
-          if constexpr (kBackward) acc[k] += v[k];
+      for (int p = 0; p < kHeld; ++p) {
+        const int lr = lr0 + (p0 + p) * kPassRows;
+        const int64_t r = row0 + lr;
+        uint2 packed = make_uint2(0u, 0u);  // fp8 zeros, also in the padding rows
+        if (valid[p]) {
+          gelu::Pack8 y;
+          if constexpr (kBackward) {
+            gelu::slope_pack(x[p], dy[p], slope, y);
+          } else {
+            gelu::forward_pack(x[p], value, y);
+          }
+          float v[8];
+#pragma unroll
+          for (int k = 0; k < 8; ++k) {
+            v[k] = __bfloat162float(y.v[k]);
+            m = bounded_max(m, v[k]);
+            if constexpr (kBackward) acc[k] += v[k];
+          }
+          packed = pack8<kFormat>(v, s);
         }
-        packed = pack8<kFormat>(v, s);
+        if (out != nullptr && c < cols && r < rows_out) {
+          *reinterpret_cast<uint2*>(out + r * cols + c) = packed;
+        }
+        tile_store(tile, lr, lc, packed);
       }
-      if (out != nullptr && c < cols && r < rows_out) {
-        *reinterpret_cast<uint2*>(out + r * cols + c) = packed;
-      }
-      *reinterpret_cast<uint2*>(&tile[lr][lc]) = packed;
     }
     store_transposed(tile, out_t, row0, col0, rows_out, cols);
   }
   block_amax(m, warp_max, amax);
   if constexpr (kBackward) {
     if (partial == nullptr) return;
-      // A warp's 4 threads of each 8-column piece (lanes 8 apart), then the
-      // warps in order.
+    // A warp's 2 threads of each 8-column piece (lanes 16 apart), then the
+    // warps in order.
+    static_assert(kPackThreads == 16, "a warp holds two threads of each column piece");
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], 8);
-      acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], 16);
-    }
-    if (tid % 32 < 8) {
+    for (int k = 0; k < 8; ++k) acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], 16);
+    if (tid % 32 < kPackThreads) {
 #pragma unroll
       for (int k = 0; k < 8; ++k) sums[tid / 32][lc + k] = acc[k];
     }
     __syncthreads();
-    if (tid < kVecTile && col0 + tid < cols) {
+    if (tid < kVecCols && col0 + tid < cols) {
       float total = 0.f;
       for (int w = 0; w < kVecThreads / 32; ++w) total += sums[w][tid];
       partial[int64_t(blockIdx.x) * cols + col0 + tid] = total;
@@ -267,8 +345,8 @@ void launch_quantize(const void* in, bool in_fp32, int64_t rows, int64_t rows_ou
   const bool vec = cols % 8 == 0 && aligned16(in) && (out == nullptr || aligned16(out)) &&
                    (out_t == nullptr || aligned16(out_t)) && rows_out % 16 == 0;
   if (vec) {
-    const int64_t tile_rows = (rows_out + kVecTile - 1) / kVecTile;
-    const int64_t tile_cols = (cols + kVecTile - 1) / kVecTile;
+    const int64_t tile_rows = (rows_out + kVecRows - 1) / kVecRows;
+    const int64_t tile_cols = (cols + kVecCols - 1) / kVecCols;
     const int64_t tiles = tile_rows * tile_cols;
     const auto grid = static_cast<unsigned>(
         std::min<int64_t>(tiles, static_cast<int64_t>(kernels::sm_count()) * 8));
@@ -299,8 +377,8 @@ dim3 gelu_grid(int64_t rows_out, int64_t cols) {
                         "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
     return std::max(n, 1);
   }();
-  const int64_t strips = (cols + kVecTile - 1) / kVecTile;
-  const int64_t row_tiles = std::max<int64_t>(1, (rows_out + kVecTile - 1) / kVecTile);
+  const int64_t strips = (cols + kVecCols - 1) / kVecCols;
+  const int64_t row_tiles = std::max<int64_t>(1, (rows_out + kVecRows - 1) / kVecRows);
   const int64_t wave = int64_t(kernels::sm_count()) * per_sm;
   const int64_t chunks = std::clamp<int64_t>(wave / strips, 1, row_tiles);
   return dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(strips));
