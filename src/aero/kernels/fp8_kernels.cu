@@ -109,16 +109,7 @@ __device__ __forceinline__ void tile_store(VecTile& tile, int lr, int lc, uint2 
   *reinterpret_cast<uint2*>(&tile[lr][swizzled(lr, lc / 4)]) = packed;
 }
 
-// a: 4 rows' words of the same 4 columns; col[k]: column k's bytes of
-// those rows, the first row's low.
-__device__ __forceinline__ void transpose4(const uint32_t (&a)[4], uint32_t (&col)[4]) {
-  const uint32_t t0 = __byte_perm(a[0], a[1], 0x5140), t1 = __byte_perm(a[0], a[1], 0x7362);
-  const uint32_t t2 = __byte_perm(a[2], a[3], 0x5140), t3 = __byte_perm(a[2], a[3], 0x7362);
-  col[0] = __byte_perm(t0, t2, 0x5410);
-  col[1] = __byte_perm(t0, t2, 0x7632);
-  col[2] = __byte_perm(t1, t3, 0x5410);
-  col[3] = __byte_perm(t1, t3, 0x7632);
-}
+using kernels::fp8::transpose4;
 
 // The tile's transposed copy into out_t (cols, rows_out): lane l of warp w
 // takes word 4 w + l / 8 (4 columns) of rows 16 (l % 8) .. + 15, so that 8

@@ -139,11 +139,22 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// forward_e4m3: a block normalises a tile of kTileRows rows (each warp
-// kTileRows / kWarps of them) and stores each row's e4m3 bytes straight
-// to out and to the tile in shared memory, (kTileRows, C + kTilePad)
-// bytes; then the tile's columns go to out_t, 16 rows (16 bytes) a store.
-constexpr int kTileRows = 32, kTilePad = 16;
+// forward_e4m3: a block normalises a tile of rows, each warp every
+// kWarps-th row, two at a time, and stores each row's e4m3 bytes straight
+// to out and to the tile in shared memory (C bytes a row, each group of 16
+// rows shifted by kShift bytes); then the transposed copy: lane l takes a
+// word (4 columns) of rows 16 (l % kGroups) .. + 15, turns them into the 4
+// columns' 16 bytes with byte permutes and stores them, so that kGroups
+// lanes store a column's tile rows as one segment (128 or 64 bytes) and
+// the shifts keep the word reads free of bank conflicts.
+template <int C>
+struct E4m3Tile {
+  static constexpr int kRows = C <= 512 ? 128 : 64;  // the tile within 66 KiB
+  static constexpr int kGroups = kRows / 16;
+  static constexpr int kShift = 128 / kGroups;
+  static constexpr size_t kBytes = size_t(kRows) * C + kGroups * kShift;
+  __device__ static int offset(int r) { return r * C + (r / 16) * kShift; }
+};
 
 template <int V, int E>
 __global__ void __launch_bounds__(kThreads)
@@ -152,8 +163,10 @@ __global__ void __launch_bounds__(kThreads)
                         const float* __restrict__ scale, uint8_t* __restrict__ out,
                         uint8_t* __restrict__ out_t, float* __restrict__ amax,
                         float* __restrict__ mean_out, float* __restrict__ rstd_out) {
-  constexpr int C = 32 * E * V, kStride = C + kTilePad;
-  extern __shared__ __align__(16) uint8_t tile[];  // (kTileRows, kStride)
+  constexpr int C = 32 * E * V;
+  using Tile = E4m3Tile<C>;
+  static_assert((Tile::kRows / kWarps) % kRowsPerStep == 0, "whole steps of rows a warp");
+  extern __shared__ __align__(16) uint8_t tile[];  // Tile::kBytes
   __shared__ float warp_max[kWarps];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const float s = scale[0];
@@ -161,68 +174,90 @@ __global__ void __launch_bounds__(kThreads)
   load_params<V, E>(gamma, lane, g);
   load_params<V, E>(beta, lane, b);
   float m = 0.f;
-  const int64_t tiles = (rows_out + kTileRows - 1) / kTileRows;
+  const int64_t tiles = (rows_out + Tile::kRows - 1) / Tile::kRows;
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-    const int64_t row0 = t * kTileRows;
+    const int64_t row0 = t * Tile::kRows;
+#pragma unroll 1
+    for (int k0 = 0; k0 < Tile::kRows / kWarps; k0 += kRowsPerStep) {
+      float v[kRowsPerStep][V][E];
 #pragma unroll
-    for (int k = 0; k < kTileRows / kWarps; ++k) {
-      const int lr = k * kWarps + warp;
-      const int64_t r = row0 + lr;
-      float v[V][E] = {};  // zeros: the padding rows' bytes
-      if (r < rows) {
-        load_row<V, E>(x + r * C, lane, v);
-        float mean, rstd;
-        normalize<V, E>(v, g, b, eps, mean, rstd);
-#pragma unroll
-        for (int i = 0; i < V; ++i)
-#pragma unroll
-          for (int e = 0; e < E; ++e) {
-            // y as forward() stores it (bf16), then as the cast reads it.
-            v[i][e] = __bfloat162float(__float2bfloat16_rn(v[i][e]));
-            m = kernels::fp8::bounded_max(m, v[i][e]);
-          }
-        if (lane == 0) {
-          mean_out[r] = mean;
-          rstd_out[r] = rstd;
-        }
+      for (int k = 0; k < kRowsPerStep; ++k) {
+        const int64_t r = row0 + (k0 + k) * kWarps + warp;
+        if (r < rows) load_row<V, E>(x + r * C, lane, v[k]);
       }
-      if (out == nullptr) continue;
 #pragma unroll
-      for (int i = 0; i < V; ++i) {
-        const int c = i * 32 * E + lane * E;
-        if constexpr (E == 8) {
-          uint2 p;
-          p.x = uint32_t(kernels::fp8::pair<__NV_E4M3>(v[i][0], v[i][1], s)) |
-                (uint32_t(kernels::fp8::pair<__NV_E4M3>(v[i][2], v[i][3], s)) << 16);
-          p.y = uint32_t(kernels::fp8::pair<__NV_E4M3>(v[i][4], v[i][5], s)) |
-                (uint32_t(kernels::fp8::pair<__NV_E4M3>(v[i][6], v[i][7], s)) << 16);
-          if (r < rows_out) *reinterpret_cast<uint2*>(out + r * C + c) = p;
-          *reinterpret_cast<uint2*>(tile + lr * kStride + c) = p;
+      for (int k = 0; k < kRowsPerStep; ++k) {
+        const int lr = (k0 + k) * kWarps + warp;
+        const int64_t r = row0 + lr;
+        if (r < rows) {
+          float mean, rstd;
+          normalize<V, E>(v[k], g, b, eps, mean, rstd);
+#pragma unroll
+          for (int i = 0; i < V; ++i)
+#pragma unroll
+            for (int e = 0; e < E; ++e) {
+              // y as forward() stores it (bf16), then as the cast reads it.
+              v[k][i][e] = __bfloat162float(__float2bfloat16_rn(v[k][i][e]));
+              m = kernels::fp8::bounded_max(m, v[k][i][e]);
+            }
+          if (lane == 0) {
+            mean_out[r] = mean;
+            rstd_out[r] = rstd;
+          }
         } else {
-          const uint16_t p = kernels::fp8::pair<__NV_E4M3>(v[i][0], v[i][1], s);
-          if (r < rows_out) *reinterpret_cast<uint16_t*>(out + r * C + c) = p;
-          *reinterpret_cast<uint16_t*>(tile + lr * kStride + c) = p;
+#pragma unroll
+          for (int i = 0; i < V; ++i)
+#pragma unroll
+            for (int e = 0; e < E; ++e) v[k][i][e] = 0.f;  // the padding rows' bytes
+        }
+        if (out == nullptr) continue;
+        uint8_t* trow = tile + Tile::offset(lr);
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          const int c = i * 32 * E + lane * E;
+          if constexpr (E == 8) {
+            uint2 p;
+            p.x = uint32_t(kernels::fp8::pair<__NV_E4M3>(v[k][i][0], v[k][i][1], s)) |
+                  (uint32_t(kernels::fp8::pair<__NV_E4M3>(v[k][i][2], v[k][i][3], s)) << 16);
+            p.y = uint32_t(kernels::fp8::pair<__NV_E4M3>(v[k][i][4], v[k][i][5], s)) |
+                  (uint32_t(kernels::fp8::pair<__NV_E4M3>(v[k][i][6], v[k][i][7], s)) << 16);
+            if (r < rows_out) *reinterpret_cast<uint2*>(out + r * C + c) = p;
+            *reinterpret_cast<uint2*>(trow + c) = p;
+          } else {
+            const uint16_t p = kernels::fp8::pair<__NV_E4M3>(v[k][i][0], v[k][i][1], s);
+            if (r < rows_out) *reinterpret_cast<uint16_t*>(out + r * C + c) = p;
+            *reinterpret_cast<uint16_t*>(trow + c) = p;
+          }
         }
       }
     }
     if (out == nullptr || out_t == nullptr) continue;
     __syncthreads();
-    // A tile column a thread: its 32 rows' bytes, 32 contiguous bytes of
-    // out_t. rows_out is a multiple of 16: a group of 16 rows is wholly in
-    // or out.
-    for (int c = threadIdx.x; c < C; c += kThreads) {
-#pragma unroll
-      for (int group = 0; group < kTileRows / 16; ++group) {
-        const int64_t orow = row0 + group * 16;
-        if (orow >= rows_out) break;
-        uint32_t w[4];
+    // rows_out is a multiple of 16: a group of 16 rows is wholly in or out.
+    constexpr int kWordsAWarp = 32 / Tile::kGroups;
+    const int rg = lane % Tile::kGroups;
+    const int64_t orow = row0 + 16 * rg;
+    if (orow < rows_out) {
+      for (int w = warp * kWordsAWarp + lane / Tile::kGroups; w < C / 4;
+           w += kWarps * kWordsAWarp) {
+        uint32_t col[4][4];  // [column][rows 4 q .. 4 q + 3]
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
-          const uint8_t* p = tile + (group * 16 + 4 * q) * kStride + c;
-          w[q] = uint32_t(p[0]) | (uint32_t(p[kStride]) << 8) | (uint32_t(p[2 * kStride]) << 16) |
-                 (uint32_t(p[3 * kStride]) << 24);
+          uint32_t a[4], t4[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            a[i] = *reinterpret_cast<const uint32_t*>(tile + Tile::offset(16 * rg + 4 * q + i) +
+                                                      4 * w);
+          }
+          kernels::fp8::transpose4(a, t4);
+#pragma unroll
+          for (int k = 0; k < 4; ++k) col[k][q] = t4[k];
         }
-        *reinterpret_cast<uint4*>(out_t + c * rows_out + orow) = make_uint4(w[0], w[1], w[2], w[3]);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          *reinterpret_cast<uint4*>(out_t + (4 * w + k) * rows_out + orow) =
+              make_uint4(col[k][0], col[k][1], col[k][2], col[k][3]);
+        }
       }
     }
     __syncthreads();
@@ -336,15 +371,19 @@ template <int V, int E>
 void forward_e4m3_v(const void* x, const float* gamma, const float* beta, int64_t rows,
                     int64_t rows_out, float eps, const float* scale, uint8_t* out, uint8_t* out_t,
                     float* amax, float* mean, float* rstd, cudaStream_t stream) {
-  constexpr size_t shared = size_t(kTileRows) * (32 * E * V + kTilePad);
+  using Tile = E4m3Tile<32 * E * V>;
+  constexpr size_t shared = Tile::kBytes;
   static const int per_sm = [] {
+    check_cuda(cudaFuncSetAttribute(forward_e4m3_kernel<V, E>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)),
+               "cudaFuncSetAttribute");
     int n = 0;
     check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, forward_e4m3_kernel<V, E>,
                                                              kThreads, shared),
                "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
     return n < 1 ? 1 : n;
   }();
-  const int64_t tiles = (rows_out + kTileRows - 1) / kTileRows;
+  const int64_t tiles = (rows_out + Tile::kRows - 1) / Tile::kRows;
   const int64_t cap = int64_t(sm_count()) * per_sm;
   const auto grid = static_cast<unsigned>(tiles < cap ? (tiles > 0 ? tiles : 1) : cap);
   forward_e4m3_kernel<V, E><<<grid, kThreads, shared, stream>>>(static_cast<const bf16*>(x), gamma,

@@ -780,14 +780,15 @@ TEST(Fp8LinearCudaTest, ThePairOfProjectionsMatchesTheTwoApart_CUDA) {
 // LayerNorm kernel and then the cast, byte for byte: row-major and
 // transposed copies (the padding rows zero), the amax, the mean and 1/std;
 // and with no copies asked for, the amax and statistics alone. Both of the
-// kernels' layouts (widths 256 and 448), rows not a multiple of the tile.
+// kernels' layouts (widths 256 and 1024, 448 and 640) and both tile heights
+// (128 rows to width 512, 64 above), rows not a multiple of the tile.
 TEST(Fp8LinearCudaTest, TheLayerNormsCastMatchesTheLayerNormThenTheCast_CUDA) {
   SKIP_WITHOUT_FP8();
   const auto cuda = torch::TensorOptions().device(torch::kCUDA);
   const auto f32 = cuda.dtype(torch::kFloat);
   const auto u8 = cuda.dtype(torch::kUInt8);
   const auto stream = at::cuda::getCurrentCUDAStream().stream();
-  for (const int64_t width : {256, 448}) {
+  for (const int64_t width : {256, 448, 640, 1024}) {
     torch::manual_seed(width);
     const int64_t rows = 20005, rows_out = 20016;
     const auto x = (torch::randn({rows, width}, cuda) * 3 + 1).to(torch::kBFloat16);

@@ -1,6 +1,7 @@
 // Device helpers of the fp8 casts (fp8_kernels.h's and the LayerNorm's that
 // writes fp8): saturating conversion of scaled pairs, the running max |v|
-// that a non-finite value makes +inf, and a block's amax in one atomic.
+// that a non-finite value makes +inf, a block's amax in one atomic, and a
+// 4 x 4 byte transpose.
 #pragma once
 
 #include <cuda_fp8.h>
@@ -36,6 +37,17 @@ __device__ __forceinline__ void block_amax(float m, float* warp_max, float* amax
     // Non-negative floats order as their bits do.
     if (b > 0.f) atomicMax(reinterpret_cast<int*>(amax), __float_as_int(b));
   }
+}
+
+// a: 4 rows' 32-bit words of the same 4 byte columns; col[k]: column k's
+// bytes of those rows, the first row's low (for transposed copies).
+__device__ __forceinline__ void transpose4(const uint32_t (&a)[4], uint32_t (&col)[4]) {
+  const uint32_t t0 = __byte_perm(a[0], a[1], 0x5140), t1 = __byte_perm(a[0], a[1], 0x7362);
+  const uint32_t t2 = __byte_perm(a[2], a[3], 0x5140), t3 = __byte_perm(a[2], a[3], 0x7362);
+  col[0] = __byte_perm(t0, t2, 0x5410);
+  col[1] = __byte_perm(t0, t2, 0x7632);
+  col[2] = __byte_perm(t1, t3, 0x5410);
+  col[3] = __byte_perm(t1, t3, 0x7632);
 }
 
 }  // namespace slipstream::aero::kernels::fp8
