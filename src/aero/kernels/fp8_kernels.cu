@@ -109,8 +109,6 @@ __device__ __forceinline__ void tile_store(VecTile& tile, int lr, int lc, uint2 
   *reinterpret_cast<uint2*>(&tile[lr][swizzled(lr, lc / 4)]) = packed;
 }
 
-using kernels::fp8::transpose4;
-
 // The tile's transposed copy into out_t (cols, rows_out): lane l of warp w
 // takes word 4 w + l / 8 (4 columns) of rows 16 (l % 8) .. + 15, so that 8
 // lanes store a column's 128 bytes. Ends with a barrier (the tile may then
@@ -125,24 +123,8 @@ __device__ __forceinline__ void store_transposed(const VecTile& tile, uint8_t* o
     // rows_out is a multiple of 16: a group of 16 rows is wholly in or out;
     // cols is one of 8: so are a word's 4 columns.
     if (orow < rows_out && oc < cols) {
-      uint32_t col[4][4];  // [column][rows 4 q .. 4 q + 3]
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        uint32_t a[4], t[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r = 16 * rg + 4 * q + i;
-          a[i] = tile[r][swizzled(r, w)];
-        }
-        transpose4(a, t);
-#pragma unroll
-        for (int k = 0; k < 4; ++k) col[k][q] = t[k];
-      }
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        *reinterpret_cast<uint4*>(out_t + (oc + k) * rows_out + orow) =
-            make_uint4(col[k][0], col[k][1], col[k][2], col[k][3]);
-      }
+      const auto word = [&](int i) { return tile[16 * rg + i][swizzled(16 * rg + i, w)]; };
+      kernels::fp8::store_columns16(word, out_t, rows_out, oc, orow);
     }
   }
   __syncthreads();

@@ -1,7 +1,7 @@
 // Device helpers of the fp8 casts (fp8_kernels.h's and the LayerNorm's that
 // writes fp8): saturating conversion of scaled pairs, the running max |v|
-// that a non-finite value makes +inf, a block's amax in one atomic, and a
-// 4 x 4 byte transpose.
+// that a non-finite value makes +inf, a block's amax in one atomic, and
+// byte transposes.
 #pragma once
 
 #include <cuda_fp8.h>
@@ -48,6 +48,28 @@ __device__ __forceinline__ void transpose4(const uint32_t (&a)[4], uint32_t (&co
   col[1] = __byte_perm(t0, t2, 0x7632);
   col[2] = __byte_perm(t1, t3, 0x5410);
   col[3] = __byte_perm(t1, t3, 0x7632);
+}
+
+// Rows orow .. orow + 15 of the 4 byte columns c .. c + 3, given as the
+// rows' 32-bit words (word(i): row orow + i's), stored transposed: 16
+// bytes to each column's row of out_t (columns, rows_out), 16-byte aligned.
+template <typename Word, typename Column>
+__device__ __forceinline__ void store_columns16(const Word& word, uint8_t* out_t, int64_t rows_out,
+                                                Column c, int64_t orow) {
+  uint32_t col[4][4];  // [column][rows 4 q .. 4 q + 3]
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const uint32_t a[4] = {word(4 * q), word(4 * q + 1), word(4 * q + 2), word(4 * q + 3)};
+    uint32_t t[4];
+    transpose4(a, t);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) col[k][q] = t[k];
+  }
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    *reinterpret_cast<uint4*>(out_t + (c + k) * rows_out + orow) =
+        make_uint4(col[k][0], col[k][1], col[k][2], col[k][3]);
+  }
 }
 
 }  // namespace slipstream::aero::kernels::fp8
