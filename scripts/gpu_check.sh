@@ -48,7 +48,7 @@
 #              200000; TABLE_STEPS 10 after TABLE_WARMUP 4): a markdown row of ms/step and peak GiB each
 #   ahmed      the full configs (AHMED_MODELS, default both surface ones) trained on prepared
 #              Ahmed samples (AHMED_SURFACE, AHMED_VOLUME: `prepare --splits configs/splits/ahmed.json`
-#              output, or a .tar.xz of it) for AHMED_EPOCHS epochs (scheduler.step_size AHMED_STEP;
+#              output, a .tar.xz of it, or the space-separated parts `split` made) for AHMED_EPOCHS epochs (scheduler.step_size AHMED_STEP;
 #              AHMED_TIMEOUT s at most, then the checkpoint a SIGTERM leaves), then `infer --split val`:
 #              $OUT/ahmed_<model>.log, _val.jsonl (infer_step records) and _forces.svg
 #   ahmedvar   variants trained side by side on one GPU, then each one's val inference:
@@ -56,6 +56,11 @@
 #              a list value keeps its commas: "vf:transolver_volume:precision=fp8,numerics.fp8_exclude=[a,b]"),
 #              on AHMED_SURFACE / AHMED_VOLUME as above, AHMED_EPOCHS / AHMED_STEP / AHMED_TIMEOUT as above;
 #              $OUT/ahmed_<label>.log, _val.jsonl, _forces.svg, and a line per variant in the summary
+#   split      (on this machine) SPLIT_DIR, a prepared directory, as .tar.xz parts of at most
+#              SPLIT_FILES files each (default 16) in .ab/: for data larger than a call's carry
+#   keep       KEEP_FILES (space-separated) copied to /tmp/slipstream-keep, for a later call on the
+#              same (warm) machine: carry part 1 and keep it, then carry part 2 and name both,
+#              e.g. AHMED_VOLUME="/tmp/slipstream-keep/ahmed_v.1.tar.xz .ab/ahmed_v.2.tar.xz"
 #   data       bench-data (DATA_SIZES points per sample, default 1M,10M,50M, none: skip; 200k kept, page
 #              cache dropped before each step), then the volume Transolver trained on
 #              DATA_SAMPLES (default 4) prepared samples of DATA_POINTS (default 20M) points on
@@ -392,13 +397,36 @@ stage_train() {
   return $rc
 }
 
-# A prepared directory, or a .tar.xz of one unpacked under /tmp: its path.
+# A prepared directory, or a .tar.xz of one (or its parts, space-separated)
+# unpacked under /tmp: its path.
 prepared_dir() {
   case "$1" in
-    *.tar.xz) mkdir -p /tmp/ahmed && tar xJf "$1" -C /tmp/ahmed &&
-              echo "/tmp/ahmed/$(tar tJf "$1" | head -1 | cut -d/ -f1)" ;;
+    *.tar.xz*)
+      local part
+      mkdir -p /tmp/ahmed
+      for part in $1; do tar xJf "$part" -C /tmp/ahmed || return 1; done
+      echo "/tmp/ahmed/$(tar tJf "${1%% *}" | head -1 | cut -d/ -f1)" ;;
     *) echo "$1" ;;
   esac
+}
+
+stage_split() {
+  local dir=${SPLIT_DIR:?SPLIT_DIR is not set} name files i=0 n
+  name=$(basename "$dir")
+  mkdir -p .ab
+  mapfile -t files < <(cd "$(dirname "$dir")" && find "$name" -type f | sort -V)
+  n=${SPLIT_FILES:-16}
+  while ((i * n < ${#files[@]})); do
+    (cd "$(dirname "$dir")" && tar cf - "${files[@]:i*n:n}" | xz -T0) >".ab/$name.$((i + 1)).tar.xz" ||
+      return 1
+    i=$((i + 1))
+  done
+  ls -l .ab/"$name".*.tar.xz | tee -a "$OUT/summary.txt"
+}
+
+stage_keep() {
+  mkdir -p /tmp/slipstream-keep && cp ${KEEP_FILES:?KEEP_FILES is not set} /tmp/slipstream-keep/ &&
+    ls -l /tmp/slipstream-keep | tee -a "$OUT/summary.txt"
 }
 
 stage_ahmed() {
