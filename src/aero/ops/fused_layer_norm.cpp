@@ -8,6 +8,7 @@
 #include "aero/ops/linear.h"
 #include "aero/ops/numerics.h"
 #include "aero/ops/parameter_casts.h"
+#include "aero/ops/zero_parts.h"
 
 #ifdef SLIPSTREAM_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -107,12 +108,13 @@ LayerNormGradients layer_norm_kernels_backward(const at::Tensor& x, const at::Te
                                                const at::Tensor& gy_in, const at::Tensor& gres_in) {
   const c10::cuda::CUDAGuard guard(x.device());
   const int64_t width = x.size(-1), rows = x.numel() / width;
-  auto gw = at::zeros_like(w), gb = at::zeros_like(w);
+  // The kernel adds into gw, gb and the column sums of gx: one fill for the three.
+  auto acc = zero_parts(w, {{width}, {width}, {width}});
+  auto &gw = acc[0], &gb = acc[1], &sums = acc[2];
   if (!gy_in.defined()) return {gres_in, gw, gb};
   const auto gy = rows_of(gy_in);
   const auto gres = gres_in.defined() ? rows_of(gres_in) : at::Tensor();
   auto gx = at::empty_like(x);
-  auto sums = at::zeros_like(w);
   layer_norm_kernels::backward(
       gy.data_ptr(), x.data_ptr(), mean.data_ptr<float>(), rstd.data_ptr<float>(),
       w.data_ptr<float>(), gres.defined() ? gres.data_ptr() : nullptr, rows, width, gx.data_ptr(),

@@ -8,6 +8,7 @@
 #include "aero/kernels/slice/slice_kernels.h"
 #include "aero/ops/lt_matmul.h"
 #include "aero/ops/parameter_casts.h"
+#include "aero/ops/zero_parts.h"
 
 #ifdef SLIPSTREAM_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -123,8 +124,8 @@ FirstReduce reduce_first(const Weights& in, const at::Tensor& y) {
     const c10::cuda::CUDAGuard guard(in.x.device());
     const int64_t b = in.x.size(0), n = in.x.size(1), h = in.x.size(2), d = in.x.size(3),
                   g = in.ws.size(0);
-    FirstReduce r{zeros_f32(in.x, {b, h, g, d}), zeros_f32(in.x, {b, h, g}),
-                  at::empty({b, h, n}, in.x.options().dtype(at::kFloat))};
+    auto acc = zero_parts(in.x, {{b, h, g, d}, {b, h, g}});
+    FirstReduce r{acc[0], acc[1], at::empty({b, h, n}, in.x.options().dtype(at::kFloat))};
     auto k = kernel_inputs(in, r.lse);
     const auto yb = bf16(y);
     slice_kernels::reduce(k.problem, yb.data_ptr(), r.sums.data_ptr<float>(),
@@ -183,10 +184,11 @@ BackwardResult backward(const Weights& in, const at::Tensor& lse, const at::Tens
     // Where the row kernel writes dL/dlogits (slice_kernels.h), grad_ws
     // and grad_bias are made from them below, not by a kernel of their own.
     const bool from_dlogits = slice_kernels::writes_dlogits(k.problem);
+    // The kernels add into grad_ws, grad_bias and tau_acc: one fill for them.
+    auto acc = from_dlogits ? zero_parts(in.x, {{h}}) : zero_parts(in.x, {{h}, {g, d}, {g}});
     BackwardResult r{at::empty(in.x.sizes(), in.x.options()),
-                     at::empty(in.x.sizes(), in.x.options()),
-                     from_dlogits ? at::Tensor() : zeros_f32(in.x, {g, d}),
-                     from_dlogits ? at::Tensor() : zeros_f32(in.x, {g}), zeros_f32(in.x, {h})};
+                     at::empty(in.x.sizes(), in.x.options()), from_dlogits ? at::Tensor() : acc[1],
+                     from_dlogits ? at::Tensor() : acc[2], acc[0]};
     const auto bf16_opts = in.x.options().dtype(at::kBFloat16);
     const auto dlogits =
         from_dlogits ? at::empty({in.x.size(0), in.x.size(1), h, g}, bf16_opts) : at::Tensor();
