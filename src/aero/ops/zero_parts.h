@@ -1,7 +1,7 @@
 // Several zero-filled fp32 accumulators from one allocation and one fill:
 // for kernels that atomically add into a few small outputs (a LayerNorm's
 // weight and bias gradients, the slice sums), where a zeros() each would
-// launch one tiny memset each, every layer, every step.
+// launch a tiny fill kernel each, every layer, every step.
 #pragma once
 
 #include <ATen/core/Tensor.h>
