@@ -506,7 +506,7 @@ bool linear_gelu_tanh(const at::Tensor& x, const at::Tensor& w, const at::Tensor
 }
 
 bool gelu_tanh_backward_mm(const at::Tensor& g, const at::Tensor& w, const at::Tensor& h,
-                           at::Tensor& gh, at::Tensor& gb) {
+                           at::Tensor& gh, at::Tensor& gb, bool sums) {
   if (!bf16_cuda(h) || !bf16_cuda(w) || w.dim() != 2 || g.dim() != 2 || h.dim() != 2) {
     return false;
   }
@@ -523,12 +523,12 @@ bool gelu_tanh_backward_mm(const at::Tensor& g, const at::Tensor& w, const at::T
   if (!problem_of(g, w, og, ow, {}, {}, {}, at::kBFloat16, p, result)) return false;
   p.ta = ow.op, p.tb = og.op;
   p.a_type = p.b_type = CUDA_R_16BF;
-  p.epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD;
-  auto sums = at::empty({hidden}, h.options());
-  p.vec = sums.data_ptr();
+  p.epilogue = sums ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
+  at::Tensor column_sums = sums ? at::empty({hidden}, h.options()) : at::Tensor();
+  p.vec = sums ? column_sums.data_ptr() : nullptr;
   p.aux = h.data_ptr(), p.aux_ld = hidden;
   if (!run(p, g.get_device(), result)) return false;
-  gh = result, gb = sums;
+  gh = result, gb = column_sums;
   return true;
 }
 
@@ -599,7 +599,7 @@ bool linear_gelu_tanh(const at::Tensor&, const at::Tensor&, const at::Tensor&, a
 }
 
 bool gelu_tanh_backward_mm(const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor&,
-                           at::Tensor&) {
+                           at::Tensor&, bool) {
   return false;
 }
 

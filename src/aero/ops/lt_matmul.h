@@ -72,8 +72,9 @@ bool linear_gelu_tanh(const at::Tensor& x, const at::Tensor& w, const at::Tensor
 // first bias's gradient), from one GEMM that reads h in its epilogue.
 // g (rows, out) and w (out, hidden) bf16, each with a unit stride in one
 // dimension; h (rows, hidden) bf16 contiguous; hidden a multiple of 8.
+// sums false: DGELU alone, gb left undefined.
 bool gelu_tanh_backward_mm(const at::Tensor& g, const at::Tensor& w, const at::Tensor& h,
-                           at::Tensor& gh, at::Tensor& gb);
+                           at::Tensor& gh, at::Tensor& gb, bool sums = true);
 
 // The fp8 product (precision: fp8): out (M, N) = (scale_a a) (scale_b b)
 // [+ bias (N)] [+ c (M, N)], accumulated in fp32: a (M, K) e4m3 or e5m2
