@@ -102,7 +102,7 @@ torch::Tensor MlpImpl::forward_plus(const torch::Tensor& x, const torch::Tensor&
       y = gelu_linear(y, l.weight, l.bias);
       if (i == last && residual.defined()) y = y + residual;
     } else {
-      y = aero::linear_residual(mlp_gelu(y), l.weight, l.bias,
+      y = aero::linear_residual(torch::gelu(y), l.weight, l.bias,
                                 i == last ? residual : torch::Tensor());
     }
   }

@@ -34,8 +34,6 @@ constexpr size_t kOffers = 4;
 thread_local std::array<Offer, kOffers> offers;
 thread_local size_t next_offer = 0;
 std::atomic<int64_t> offers_used{0};
-std::atomic<bool> gelu_tanh{false};
-std::atomic<int64_t> epilogue_uses{0};
 
 // The bias gradient from `grad`, the output gradient autograd passed in, and
 // g, its (rows, out) view: the sums offered for grad, else column_sum(g).
@@ -292,19 +290,8 @@ class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
                             const at::Tensor& b2_in, const at::Tensor& r, bool residual,
                             bool keep_gelu) {
     const auto x = autocast_input(x_in), w1 = autocast_input(w1_in), w2 = autocast_input(w2_in);
-    const auto b1 = autocast_input(b1_in);
-    const bool tanh = mlp_gelu_tanh();
-    at::Tensor h, a;
-    if (tanh && x.is_contiguous() && x.dim() >= 1 &&
-        lt_matmul::linear_gelu_tanh(x.view({-1, x.size(-1)}), w1, b1, h, a)) {
-      epilogue_uses.fetch_add(1, std::memory_order_relaxed);
-      auto sizes = x.sizes().vec();
-      sizes.back() = w1.size(0);
-      h = h.view(sizes), a = a.view(sizes);
-    } else {
-      h = linear_plus(x, w1, b1, x, false);
-      a = tanh ? at::gelu(h, "tanh") : gelu_of(h);
-    }
+    const auto h = linear_plus(x, w1, autocast_input(b1_in), x, false);
+    const auto a = gelu_of(h);
     if (keep_gelu) {
       ctx->save_for_backward({x, h, w1, w2, a});
     } else {
@@ -315,7 +302,6 @@ class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
     ctx->saved_data["w2_dtype"] = static_cast<int64_t>(w2_in.scalar_type());
     ctx->saved_data["b2_dtype"] = static_cast<int64_t>(b2_in.scalar_type());
     ctx->saved_data["residual"] = residual;
-    ctx->saved_data["tanh"] = tanh;
     return linear_plus(a, w2, autocast_input(b2_in), r, residual);
   }
 
@@ -328,16 +314,9 @@ class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
     if (ctx->needs_input_grad(4)) out[4] = bias_grad(grads[0], g, saved_dtype(ctx, "b2_dtype"));
     if (ctx->saved_data["residual"].toBool()) out[5] = grads[0];
     // dL/dh, gelu(h) (unless kept) and dL/db1.
-    at::Tensor a = saved.size() > 4 ? saved[4].reshape({-1, w1.size(0)}) : at::Tensor(), gh, gb1;
-    if (ctx->saved_data["tanh"].toBool()) {
-      if (lt_matmul::gelu_tanh_backward_mm(g, w2, h, gh, gb1)) {
-        epilogue_uses.fetch_add(1, std::memory_order_relaxed);
-      } else {
-        gh = at::gelu_backward(input_grad(g, w2), h, "tanh");
-        gb1 = column_sum(gh);
-      }
-      if (!a.defined()) a = at::gelu(h, "tanh");
-    } else if (gh = input_grad(g, w2); !fused_gelu_backward_sums(h, gh, a, gb1)) {
+    auto gh = input_grad(g, w2);
+    at::Tensor a = saved.size() > 4 ? saved[4].reshape({-1, w1.size(0)}) : at::Tensor(), gb1;
+    if (!fused_gelu_backward_sums(h, gh, a, gb1)) {
       if (!a.defined()) a = gelu_of(h);
       gh = at::gelu_backward(gh, h);
       gb1 = column_sum(gh);
@@ -495,25 +474,14 @@ at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor&
   TORCH_CHECK(b1.defined() && b2.defined(), "gelu_mlp: both biases must be defined");
   if (fp8::gelu_mlp_applies(x, w1, w2)) return fp8::gelu_mlp(x, w1, b1, w2, b2, residual);
   if (fp8::applies(x, w1)) {  // the second product in bf16: the two apart
-    return linear_residual(mlp_gelu(linear(x, w1, b1)), w2, b2, residual);
+    return linear_residual(at::gelu(linear(x, w1, b1)), w2, b2, residual);
   }
   const bool with = residual.defined();
   return GeluMlpFunction::apply(x, w1, b1, w2, b2, with ? residual : x, with, keep_gelu);
 }
 
-void set_mlp_gelu_tanh(bool on) { gelu_tanh.store(on, std::memory_order_relaxed); }
-
-bool mlp_gelu_tanh() { return gelu_tanh.load(std::memory_order_relaxed); }
-
-at::Tensor mlp_gelu(const at::Tensor& x) {
-  return mlp_gelu_tanh() ? at::gelu(x, "tanh") : at::gelu(x);
-}
-
-int64_t gelu_epilogue_uses() { return epilogue_uses.load(std::memory_order_relaxed); }
-
 at::Tensor gelu_linear(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& bias) {
-  // GELU's tanh form: the two ops apart (autograd keeps gelu(h) too).
-  if (fp8::applies(h, weight) || mlp_gelu_tanh()) return linear(mlp_gelu(h), weight, bias);
+  if (fp8::applies(h, weight)) return linear(at::gelu(h), weight, bias);
   // An autograd function's inputs must be defined tensors (LibTorch 1.13).
   if (!bias.defined()) return at::linear(at::gelu(h), weight);
   return LinearFunction::apply(h, weight, bias, h, true, false);

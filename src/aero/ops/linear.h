@@ -36,29 +36,12 @@ std::pair<at::Tensor, at::Tensor> linear_pair(const at::Tensor& x, const at::Ten
                                               const at::Tensor& b1, const at::Tensor& w2,
                                               const at::Tensor& b2);
 
-// numerics.mlp_gelu, set for the process by apply_numerics: the GELU of the
-// models' MLPs (gelu_mlp, gelu_linear, mlp_gelu) exact (erf, PhysicsNeMo's
-// nn.GELU: false, the default) or in its tanh form (true; PyTorch's
-// approximate="tanh", within 4.8e-4 of the exact one), which on CUDA for
-// bf16 runs in cuBLASLt's GEMM epilogues (lt_matmul.h): gelu_mlp's first
-// product writes h and gelu(h), and its backward's product through w2
-// makes h's gradient and b1's. Elsewhere, and where an epilogue does not
-// apply, the ops apart (at::gelu and at::gelu_backward, "tanh"). Where the
-// comments below say gelu or GELU, it is this one.
-void set_mlp_gelu_tanh(bool on);
-bool mlp_gelu_tanh();
-// gelu(x) in the form set: at::gelu(x) or at::gelu(x, "tanh").
-at::Tensor mlp_gelu(const at::Tensor& x);
-// How many GEMMs ran GELU's tanh form in their epilogue (for tests).
-int64_t gelu_epilogue_uses();
-
-// linear(gelu(h), weight, bias) keeping h alone for the backward, which
-// recomputes gelu(h) for the weight gradient: an MLP's hidden layer is then
-// kept once (h) rather than twice (h for GELU's backward and gelu(h) for
-// the next Linear's). The same ops as the two apart, so on the CPU the same
-// values bitwise; on CUDA for bf16, GELU's backward and its recompute run
-// as one pass (gelu_kernels.h). With GELU's tanh form: linear(mlp_gelu(h),
-// weight, bias), the ops apart.
+// linear(gelu(h), weight, bias) (exact, erf GELU) keeping h alone for the
+// backward, which recomputes gelu(h) for the weight gradient: an MLP's
+// hidden layer is then kept once (h) rather than twice (h for GELU's
+// backward and gelu(h) for the next Linear's). The same ops as the two
+// apart, so on the CPU the same values bitwise; on CUDA for bf16, GELU's
+// backward and its recompute run as one pass (gelu_kernels.h).
 at::Tensor gelu_linear(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& bias);
 
 // linear(gelu(linear(x, w1, b1)), w2, b2): an MLP of one hidden layer as

@@ -58,10 +58,6 @@ struct Problem {
   const void *a, *b, *c;
   void* d;
   void* vec;
-  // The epilogue's auxiliary matrix (m, n), leading dimension aux_ld: GELU's
-  // input, written by GELU_AUX_BIAS, read by DGELU_BGRAD.
-  void* aux = nullptr;
-  int64_t aux_ld = 0;
   float beta;
   const float* a_scale = nullptr;
   const float* b_scale = nullptr;
@@ -70,8 +66,7 @@ struct Problem {
   auto key(int device) const {
     return std::make_tuple(device, int(ta), int(tb), m, n, k, lda, ldb, ldd, int(a_type),
                            int(b_type), int(d_type), int(epilogue), alignment(a), alignment(b),
-                           alignment(c), alignment(d), alignment(aux), aux_ld, beta != 0.f,
-                           fast_accum, int(mode()));
+                           alignment(c), alignment(d), beta != 0.f, fast_accum, int(mode()));
   }
 };
 
@@ -277,14 +272,6 @@ bool run(const Problem& p, int device, const at::Tensor& out, const AtenGemm* at
                                          sizeof(p.vec)),
           "setting the epilogue's vector");
   }
-  if (p.aux != nullptr) {
-    check(cublasLtMatmulDescSetAttribute(op.h, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &p.aux,
-                                         sizeof(p.aux)),
-          "setting the epilogue's auxiliary matrix");
-    check(cublasLtMatmulDescSetAttribute(op.h, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &p.aux_ld,
-                                         sizeof(p.aux_ld)),
-          "setting the auxiliary matrix's leading dimension");
-  }
   if (p.a_scale != nullptr) {
     const int8_t fast = p.fast_accum ? 1 : 0;
     check(cublasLtMatmulDescSetAttribute(op.h, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &p.a_scale,
@@ -480,58 +467,6 @@ bool linear_residual(const at::Tensor& x, const at::Tensor& w, const at::Tensor&
   return true;
 }
 
-bool linear_gelu_tanh(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, at::Tensor& h,
-                      at::Tensor& a) {
-  if (!bf16_cuda(x) || !bf16_cuda(w) || !bf16_cuda(b) || w.dim() != 2 || x.dim() != 2) {
-    return false;
-  }
-  const int64_t out = w.size(0), in = w.size(1), rows = x.size(0);
-  if (x.size(1) != in || b.numel() != out || in % 8 != 0 || out % 8 != 0 || rows == 0) {
-    return false;
-  }
-  const c10::cuda::CUDAGuard guard(x.device());
-  const auto ox = operand(x), ow = operand(w.t());
-  if (!ox.ok || !ow.ok) return false;
-  Problem p{};
-  at::Tensor result;
-  if (!problem_of(x, w.t(), ox, ow, b, {}, {}, at::kBFloat16, p, result)) return false;
-  p.ta = ow.op, p.tb = ox.op;
-  p.a_type = p.b_type = CUDA_R_16BF;
-  p.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-  auto pre = at::empty_like(result);
-  p.aux = pre.data_ptr(), p.aux_ld = out;
-  if (!run(p, x.get_device(), result)) return false;
-  h = pre, a = result;
-  return true;
-}
-
-bool gelu_tanh_backward_mm(const at::Tensor& g, const at::Tensor& w, const at::Tensor& h,
-                           at::Tensor& gh, at::Tensor& gb, bool sums) {
-  if (!bf16_cuda(h) || !bf16_cuda(w) || w.dim() != 2 || g.dim() != 2 || h.dim() != 2) {
-    return false;
-  }
-  const int64_t out = w.size(0), hidden = w.size(1), rows = g.size(0);
-  if (g.size(1) != out || h.size(0) != rows || h.size(1) != hidden || hidden % 8 != 0 ||
-      rows == 0) {
-    return false;
-  }
-  const c10::cuda::CUDAGuard guard(g.device());
-  const auto og = operand(g), ow = operand(w);
-  if (!og.ok || !ow.ok || g.get_device() != w.get_device()) return false;
-  Problem p{};
-  at::Tensor result;
-  if (!problem_of(g, w, og, ow, {}, {}, {}, at::kBFloat16, p, result)) return false;
-  p.ta = ow.op, p.tb = og.op;
-  p.a_type = p.b_type = CUDA_R_16BF;
-  p.epilogue = sums ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
-  at::Tensor column_sums = sums ? at::empty({hidden}, h.options()) : at::Tensor();
-  p.vec = sums ? column_sums.data_ptr() : nullptr;
-  p.aux = h.data_ptr(), p.aux_ld = hidden;
-  if (!run(p, g.get_device(), result)) return false;
-  gh = result, gb = column_sums;
-  return true;
-}
-
 #ifdef SLIPSTREAM_LT_FP8
 bool scaled_mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
                const at::Tensor& scale_b, const at::Tensor& bias, const at::Tensor& c,
@@ -590,16 +525,6 @@ bool linear_residual(const at::Tensor&, const at::Tensor&, const at::Tensor&, co
 
 bool scaled_mm(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                const at::Tensor&, const at::Tensor&, at::Tensor&, at::ScalarType, bool) {
-  return false;
-}
-
-bool linear_gelu_tanh(const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor&,
-                      at::Tensor&) {
-  return false;
-}
-
-bool gelu_tanh_backward_mm(const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor&,
-                           at::Tensor&, bool) {
   return false;
 }
 

@@ -60,22 +60,6 @@ bool mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias, const 
 bool linear_residual(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
                      const at::Tensor& r, at::Tensor& y);
 
-// An MLP's first product with GELU's tanh form (numerics.mlp_gelu: tanh)
-// in cuBLASLt's epilogue (GELU_AUX_BIAS): h = x w^T + b and a = gelu_tanh(h),
-// both (rows, out) bf16, from one GEMM that writes each once. x (rows, in),
-// w (out, in) and b (out) bf16, contiguous, in and out multiples of 8.
-bool linear_gelu_tanh(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, at::Tensor& h,
-                      at::Tensor& a);
-
-// Its backward through the next product (DGELU_BGRAD): gh = gelu_tanh'(h)
-// (g w), (rows, hidden) bf16, and gb (hidden) bf16, gh's column sums (the
-// first bias's gradient), from one GEMM that reads h in its epilogue.
-// g (rows, out) and w (out, hidden) bf16, each with a unit stride in one
-// dimension; h (rows, hidden) bf16 contiguous; hidden a multiple of 8.
-// sums false: DGELU alone, gb left undefined.
-bool gelu_tanh_backward_mm(const at::Tensor& g, const at::Tensor& w, const at::Tensor& h,
-                           at::Tensor& gh, at::Tensor& gb, bool sums = true);
-
 // The fp8 product (precision: fp8): out (M, N) = (scale_a a) (scale_b b)
 // [+ bias (N)] [+ c (M, N)], accumulated in fp32: a (M, K) e4m3 or e5m2
 // with unit stride along K, b (K, N) e4m3 or e5m2 (not both e5m2) with unit

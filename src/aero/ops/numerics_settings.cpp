@@ -1,7 +1,6 @@
 #include "aero/ops/numerics_settings.h"
 
 #include "aero/ops/fp8_linear.h"
-#include "aero/ops/linear.h"
 #include "aero/ops/lt_matmul.h"
 #include "aero/ops/parameter_casts.h"
 
@@ -39,21 +38,10 @@ NumericsSettings numerics_settings(const Config& c) {
     n.fp8_exclude = c.get<std::vector<std::string>>("numerics.fp8_exclude");
     for (const auto& name : n.fp8_exclude) (void)fp8::part_named(name);
   }
-  if (c.has("numerics.mlp_gelu")) {
-    n.mlp_gelu = c.get<std::string>("numerics.mlp_gelu");
-    check_one_of("numerics.mlp_gelu", n.mlp_gelu, {"exact", "tanh"});
-  }
-  TORCH_CHECK(
-      n.mlp_gelu == "exact" || !c.has("precision") || c.get<std::string>("precision") != "fp8",
-      "config: 'numerics.mlp_gelu' is tanh, which precision: fp8 does not run (its MLP "
-      "kernels compute the exact GELU): set numerics.mlp_gelu=exact or another precision");
   return n;
 }
 
 void apply_numerics(const NumericsSettings& n, bool fp8) {
-  TORCH_CHECK(!fp8 || n.mlp_gelu == "exact",
-              "numerics: mlp_gelu tanh with fp8 GEMMs, whose MLP kernels compute the exact GELU");
-  set_mlp_gelu_tanh(n.mlp_gelu == "tanh");
   fp8::Recipe recipe{n.fp8_amax_history, n.fp8_margin, {}};
   for (const auto& name : n.fp8_exclude) recipe.exclude.push_back(fp8::part_named(name));
   fp8::configure(fp8, recipe);
@@ -78,8 +66,7 @@ nlohmann::json to_json(const NumericsSettings& n) {
           {"parameter_casts", n.parameter_casts},
           {"fp8_amax_history", n.fp8_amax_history},
           {"fp8_margin", n.fp8_margin},
-          {"fp8_exclude", n.fp8_exclude},
-          {"mlp_gelu", n.mlp_gelu}};
+          {"fp8_exclude", n.fp8_exclude}};
 }
 
 }  // namespace slipstream::aero

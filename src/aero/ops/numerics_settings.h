@@ -19,12 +19,7 @@
 //     of the largest that fits, 0 to 16) (fp8_linear.h).
 //   fp8_exclude — under precision: fp8, the model parts whose Linears stay
 //     bf16: a list of embedding, attention_inputs (fp8::Part).
-//   mlp_gelu: exact | tanh — the MLPs' GELU exact (erf) or in its tanh form,
-//     which CUDA runs in cuBLASLt's GEMM epilogues (linear.h). The one
-//     choice here that is not the same model up to rounding (the two GELUs
-//     differ by at most 4.8e-4), so a CPU run follows it too; not with
-//     precision: fp8, whose MLP kernels compute the exact GELU.
-// CPU runs read and record the others too; there they change nothing.
+// CPU runs read and record them too; there they change nothing.
 #pragma once
 
 #include "aero/config/config.h"
@@ -45,7 +40,6 @@ struct NumericsSettings {
   int fp8_amax_history = 16;
   int fp8_margin = 0;
   std::vector<std::string> fp8_exclude;
-  std::string mlp_gelu = "exact";
 };
 
 // The block of `c`, each value checked (an unknown one fails naming the key
@@ -53,9 +47,9 @@ struct NumericsSettings {
 // before it existed) gives the defaults.
 NumericsSettings numerics_settings(const Config& c);
 
-// Makes `n` what this process's GEMMs, slice kernels, parameter casts and
-// MLP GELUs do; fp8: whether the Linears' GEMMs run in fp8 (precision: fp8),
-// with n's recipe (refused with mlp_gelu: tanh).
+// Makes `n` what this process's GEMMs, slice kernels and parameter casts do;
+// fp8: whether the Linears' GEMMs run in fp8 (precision: fp8), with n's
+// recipe.
 void apply_numerics(const NumericsSettings& n, bool fp8);
 
 // The settings as a JSON object, keyed as in the config.

@@ -118,11 +118,9 @@ TEST(ConfigTest, TheNumericsBlockIsCheckedAndRecorded) {
                             {"parameter_casts", "once"},
                             {"fp8_amax_history", 16},
                             {"fp8_margin", 0},
-                            {"fp8_exclude", nlohmann::json::array({"embedding"})},
-                            {"mlp_gelu", "exact"}}));
+                            {"fp8_exclude", nlohmann::json::array({"embedding"})}}));
   for (const auto& [key, choices] : std::vector<std::pair<std::string, std::string>>{
            {"numerics.gemm", "tuned, heuristic, aten"},
-           {"numerics.mlp_gelu", "exact, tanh"},
            {"numerics.slice_kernels", "auto, mma"},
            {"numerics.slice_weight_grad", "gemm, kernel"},
            {"numerics.parameter_casts", "once, per_use"}}) {
@@ -147,13 +145,6 @@ TEST(ConfigTest, TheNumericsBlockIsCheckedAndRecorded) {
                 .at("fp8_exclude"),
             (nlohmann::json{"attention_inputs", "embedding"}));
   EXPECT_NE(error_of({"precision=fp16"}).find("auto, fp32, bf16, fp8"), std::string::npos);
-  // GELU's tanh form is refused where the fp8 MLP kernels (exact GELU) would run.
-  EXPECT_NE(error_of({"precision=fp8", "numerics.mlp_gelu=tanh"})
-                .find("'numerics.mlp_gelu' is tanh, which precision: fp8 does not run"),
-            std::string::npos);
-  EXPECT_EQ(
-      to_json(numerics_settings(Config::load(kDir, {"numerics.mlp_gelu=tanh"}))).at("mlp_gelu"),
-      "tanh");
   const auto c = Config::load(kDir, {"numerics.slice_kernels=mma", "numerics.gemm=aten"});
   EXPECT_EQ(c.flat().at("numerics.slice_kernels"), "mma");
   EXPECT_NE(c.to_yaml().find("slice_kernels: mma"), std::string::npos);

@@ -168,49 +168,6 @@ TEST(LinearTest, GeluMlpIsLinearThenGeluLinearBitwise) {
   EXPECT_THROW(gelu_mlp(x0, w10, torch::Tensor(), w20, b20), c10::Error);
 }
 
-// numerics.mlp_gelu: tanh makes the MLPs' GELU PyTorch's tanh form: on the
-// CPU gelu_mlp (kept or recomputed, with a residual or not), gelu_linear and
-// mlp_gelu are the ops apart with at::gelu(.., "tanh"), in output and every
-// gradient, and differ from the exact GELU's (by less than 4.8e-4 in
-// gelu(h) itself).
-TEST(LinearTest, GeluTanhFormIsTheOpsApartWithTanhGelu) {
-  struct Restore {
-    ~Restore() { apply_numerics(numerics_settings(testing::load_config({})), false); }
-  } restore;
-  apply_numerics(numerics_settings(testing::load_config({"numerics.mlp_gelu=tanh"})), false);
-  ASSERT_TRUE(mlp_gelu_tanh());
-  torch::manual_seed(6);
-  const auto f64 = torch::dtype(torch::kDouble);
-  const auto x0 = torch::randn({2, 29, 12}, f64), w10 = torch::randn({40, 12}, f64) * 0.6;
-  const auto b10 = torch::randn({40}, f64), w20 = torch::randn({12, 40}, f64) * 0.2;
-  const auto b20 = torch::randn({12}, f64), r0 = torch::randn({2, 29, 12}, f64);
-  const auto up = torch::randn({2, 29, 12}, f64);
-  const auto leaf = [](const torch::Tensor& t) { return t.clone().requires_grad_(true); };
-  auto xr = leaf(x0), w1r = leaf(w10), b1r = leaf(b10), w2r = leaf(w20), b2r = leaf(b20);
-  const auto yr = torch::linear(torch::gelu(torch::linear(xr, w1r, b1r), "tanh"), w2r, b2r) + r0;
-  (yr * up).sum().backward();
-  const std::vector<torch::Tensor> ref{xr.grad(), w1r.grad(), b1r.grad(), w2r.grad(), b2r.grad()};
-  for (const int form : {0, 1, 2}) {  // recomputed, kept, gelu_linear
-    auto x = leaf(x0), w1 = leaf(w10), b1 = leaf(b10), w2 = leaf(w20), b2 = leaf(b20);
-    const auto y = form == 2 ? gelu_linear(linear(x, w1, b1), w2, b2) + r0
-                             : gelu_mlp(x, w1, b1, w2, b2, r0, form == 1);
-    (y * up).sum().backward();
-    EXPECT_LT(relative_error(y, yr), 1e-12) << form;
-    const std::vector<torch::Tensor> got{x.grad(), w1.grad(), b1.grad(), w2.grad(), b2.grad()};
-    for (size_t i = 0; i < got.size(); ++i) {
-      EXPECT_LT(relative_error(got[i], ref[i]), 1e-12) << form << " " << i;
-    }
-  }
-  const auto h = torch::linspace(-6, 6, 2001, f64);
-  EXPECT_TRUE(torch::equal(mlp_gelu(h), torch::gelu(h, "tanh")));
-  const double gap = (torch::gelu(h, "tanh") - torch::gelu(h)).abs().max().item<double>();
-  EXPECT_GT(gap, 4e-4);
-  EXPECT_LT(gap, 4.8e-4);
-  apply_numerics(numerics_settings(testing::load_config({})), false);
-  EXPECT_FALSE(mlp_gelu_tanh());
-  EXPECT_TRUE(torch::equal(mlp_gelu(h), torch::gelu(h)));
-}
-
 // gelu_mlp's keep_gelu keeps gelu(h) for the backward instead of
 // recomputing it: the same output and gradients, bitwise (CPU, fp32), with
 // a residual and without.

@@ -5,7 +5,7 @@
 // that it declines what it does not take; fp32 weight gradients made in
 // fp32; mm(), the tuned GEMM linear.cpp runs its products on, against fp32
 // in every operand layout, accumulating, in fp32, with a bias, and first
-// used inside a CUDA graph capture; GELU's tanh form in the epilogues.
+// used inside a CUDA graph capture.
 #include "aero/ops/linear.h"
 #include "aero/ops/lt_matmul.h"
 #include "core/device/cuda_graph.h"
@@ -17,11 +17,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <functional>
 #include <utility>
 #include <vector>
 
@@ -138,136 +135,6 @@ TEST(LtMatmulCudaTest, ResidualFormsMatchTheAddInValuesAndGradients_CUDA) {
     }
     // The residual's gradient is the output's, as for an add.
     EXPECT_TRUE(torch::equal(fused[1].grad(), apart[1].grad())) << mlp;
-  }
-}
-
-// numerics.mlp_gelu: tanh on cuBLASLt's epilogues. lt_matmul's two
-// products at the Transolver MLP's shapes (256 -> 1024 -> 256, 4099 and
-// 200k rows) against fp32: h = x W1^T + b1, a = gelu_tanh(h), and
-// gh = gelu_tanh'(h) (g W2) with its column sums. Then gelu_mlp through
-// autograd (gelu(h) kept and recomputed, with a residual) against the ops
-// apart in bf16 (at::gelu "tanh"), both measured against the fp32 ops: the
-// epilogue path within one bf16 rounding of what the ops give, and run
-// twice per step (the counter).
-TEST(LtMatmulCudaTest, GeluTanhEpiloguesMatchTheOps_CUDA) {
-  SKIP_WITHOUT_CUDA();
-  const auto f32 = torch::kFloat;
-  for (const int64_t rows : {4099, 200000}) {
-    torch::manual_seed(rows);
-    const auto x = torch::randn({rows, 256}, bf16_cuda());
-    const auto w1 = torch::randn({1024, 256}, bf16_cuda()) * 0.1;
-    const auto b1 = torch::randn({1024}, bf16_cuda()) * 0.5;
-    at::Tensor h, a;
-    ASSERT_TRUE(lt_matmul::linear_gelu_tanh(x, w1, b1, h, a)) << rows;
-    const auto h32 = x.to(f32).mm(w1.to(f32).t()) + b1.to(f32);
-    EXPECT_LT(relative_error(h.to(f32), h32), 4e-3) << rows;
-    // a from the epilogue's fp32 h, against GELU of the bf16 h it stored.
-    EXPECT_LT(relative_error(a.to(f32), torch::gelu(h32, "tanh")), 4e-3) << rows;
-    const auto g = torch::randn({rows, 256}, bf16_cuda());
-    const auto w2 = torch::randn({256, 1024}, bf16_cuda()) * 0.05;
-    at::Tensor gh, gb;
-    ASSERT_TRUE(lt_matmul::gelu_tanh_backward_mm(g, w2, h, gh, gb)) << rows;
-    ASSERT_EQ(gb.numel(), 1024);
-    const auto gh32 = torch::gelu_backward(g.to(f32).mm(w2.to(f32)), h.to(f32), "tanh");
-    const double gh_err = relative_error(gh.to(f32), gh32);
-    const double gb_err = relative_error(gb.to(f32), gh32.sum(0));
-    std::printf("GELU tanh epilogues, %lld rows: h %.2e a %.2e gh %.2e gb %.2e\n",
-                static_cast<long long>(rows), relative_error(h.to(f32), h32),
-                relative_error(a.to(f32), torch::gelu(h32, "tanh")), gh_err, gb_err);
-    EXPECT_LT(gh_err, 4e-3) << rows;
-    EXPECT_LT(gb_err, 4e-3) << rows;
-    at::Tensor gh2, none;
-    ASSERT_TRUE(lt_matmul::gelu_tanh_backward_mm(g, w2, h, gh2, none, false)) << rows;
-    EXPECT_FALSE(none.defined());
-    EXPECT_TRUE(torch::equal(gh2, gh)) << rows;
-    if (rows < 200000) continue;
-    // What each form costs (printed, not checked): the epilogues against
-    // the GEMM and the passes apart.
-    const auto ms = [](const std::function<void()>& f) {
-      f();
-      torch::cuda::synchronize();
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < 20; ++i) f();
-      torch::cuda::synchronize();
-      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                 .count() /
-             20;
-    };
-    at::Tensor t1, t2;
-    const double fwd_epi = ms([&] { lt_matmul::linear_gelu_tanh(x, w1, b1, t1, t2); });
-    const double fwd_apart = ms([&] {
-      lt_matmul::mm(x, w1.t(), b1, {}, t1, torch::kBFloat16);
-      t2 = torch::gelu(t1, "tanh");
-    });
-    const double bwd_bgrad = ms([&] { lt_matmul::gelu_tanh_backward_mm(g, w2, h, t1, t2); });
-    const double bwd_dgelu = ms([&] {
-      lt_matmul::gelu_tanh_backward_mm(g, w2, h, t1, t2, false);
-      t2 = column_sum(t1);
-    });
-    const double bwd_apart = ms([&] {
-      lt_matmul::mm(g, w2, {}, {}, t1, torch::kBFloat16);
-      t1 = torch::gelu_backward(t1, h, "tanh");
-      t2 = column_sum(t1);
-    });
-    std::printf(
-        "GELU tanh, 200k x 256 -> 1024: forward epilogue %.3f ms, GEMM + GELU %.3f; "
-        "backward DGELU_BGRAD %.3f, DGELU + column_sum %.3f, GEMM + GELU' + column_sum "
-        "%.3f\n",
-        fwd_epi, fwd_apart, bwd_bgrad, bwd_dgelu, bwd_apart);
-  }
-
-  struct Tanh {
-    Tanh() { set_mlp_gelu_tanh(true); }
-    ~Tanh() { set_mlp_gelu_tanh(false); }
-  } tanh_form;
-  torch::manual_seed(12);
-  const int64_t rows = 20001;
-  const auto leaf = [](const torch::Tensor& t) { return t.clone().requires_grad_(true); };
-  const std::vector<torch::Tensor> start{
-      torch::randn({1, rows, 256}, bf16_cuda()),     torch::randn({1, rows, 256}, bf16_cuda()),
-      torch::randn({1024, 256}, bf16_cuda()) * 0.1,  torch::randn({1024}, bf16_cuda()) * 0.5,
-      torch::randn({256, 1024}, bf16_cuda()) * 0.05, torch::randn({256}, bf16_cuda())};
-  const auto up = torch::randn({1, rows, 256}, bf16_cuda()).to(f32);
-  const char* names[] = {"x", "r", "W1", "b1", "W2", "b2"};
-  const auto grads_of = [&](const std::vector<torch::Tensor>& p) {
-    std::vector<torch::Tensor> g;
-    for (const auto& t : p) g.push_back(t.grad().to(f32));
-    return g;
-  };
-  // The fp32 ops on the same (bf16) values.
-  std::vector<torch::Tensor> ref;
-  for (const auto& t : start) ref.push_back(leaf(t.to(f32)));
-  const auto yr =
-      torch::linear(torch::gelu(torch::linear(ref[0], ref[2], ref[3]), "tanh"), ref[4], ref[5]) +
-      ref[1];
-  (yr * up).sum().backward();
-  const auto gr = grads_of(ref);
-  // The bf16 ops apart.
-  std::vector<torch::Tensor> ops;
-  for (const auto& t : start) ops.push_back(leaf(t));
-  const auto yo =
-      torch::linear(torch::gelu(torch::linear(ops[0], ops[2], ops[3]), "tanh"), ops[4], ops[5]) +
-      ops[1];
-  (yo.to(f32) * up).sum().backward();
-  const auto go = grads_of(ops);
-  for (const bool keep : {false, true}) {
-    std::vector<torch::Tensor> p;
-    for (const auto& t : start) p.push_back(leaf(t));
-    const int64_t before = gelu_epilogue_uses();
-    const auto y = gelu_mlp(p[0], p[2], p[3], p[4], p[5], p[1], keep);
-    (y.to(f32) * up).sum().backward();
-    EXPECT_EQ(gelu_epilogue_uses() - before, 2) << keep;
-    const double ey = relative_error(y.to(f32), yr), eo = relative_error(yo.to(f32), yr);
-    std::printf("gelu_mlp tanh (keep %d): output %.2e against fp32 (ops apart %.2e)\n", keep, ey,
-                eo);
-    EXPECT_LT(ey, std::max(1.5 * eo, 4e-3)) << keep;
-    const auto gp = grads_of(p);
-    for (size_t i = 0; i < gp.size(); ++i) {
-      const double e = relative_error(gp[i], gr[i]), ea = relative_error(go[i], gr[i]);
-      std::printf("gelu_mlp tanh (keep %d): gradient %s %.2e against fp32 (ops apart %.2e)\n", keep,
-                  names[i], e, ea);
-      EXPECT_LT(e, std::max(1.5 * ea, 4e-3)) << keep << " " << names[i];
-    }
   }
 }
 
