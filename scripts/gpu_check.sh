@@ -173,7 +173,8 @@ stage_audit() {  # AUDIT_MODEL (default transolver_volume), AUDIT_ARGS: more tra
   local model=${AUDIT_MODEL:-transolver_volume}
   log "audit: $model, synthetic volume, 30 steps"
   $BIN train --audit-syncs model=$model dataset=synthetic_volume training.num_epochs=1 \
-    training.steps_per_epoch=30 training.validate=false run_id=audit-$model ${AUDIT_ARGS:-} 2>&1 \
+    training.steps_per_epoch=30 training.validate=false run_id=audit-$model \
+    training.start_over=true ${AUDIT_ARGS:-} 2>&1 \
     | grep -E "Sync audit|error" | tee -a "$OUT/summary.txt"
 }
 

@@ -118,7 +118,7 @@ TEST(ConfigTest, TheNumericsBlockIsCheckedAndRecorded) {
                             {"parameter_casts", "once"},
                             {"fp8_amax_history", 16},
                             {"fp8_margin", 0},
-                            {"fp8_exclude", nlohmann::json::array({"embedding"})}}));
+                            {"fp8_exclude", nlohmann::json::array({"embedding", "attention_inputs"})}}));
   for (const auto& [key, choices] : std::vector<std::pair<std::string, std::string>>{
            {"numerics.gemm", "tuned, heuristic, aten"},
            {"numerics.slice_kernels", "auto, mma"},
