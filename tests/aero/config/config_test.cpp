@@ -110,15 +110,16 @@ TEST(ConfigTest, BadValuesNameTheKey) {
 // record's params, a checkpoint's config, the ranks' check) and by the
 // "numerics" record of the logs and the bench JSON.
 TEST(ConfigTest, TheNumericsBlockIsCheckedAndRecorded) {
-  EXPECT_EQ(to_json(numerics_settings(Config::load(kDir, {}))),
-            (nlohmann::json{{"gemm", "tuned"},
-                            {"gemm_report", false},
-                            {"slice_kernels", "auto"},
-                            {"slice_weight_grad", "gemm"},
-                            {"parameter_casts", "once"},
-                            {"fp8_amax_history", 16},
-                            {"fp8_margin", 0},
-                            {"fp8_exclude", nlohmann::json::array({"embedding", "attention_inputs"})}}));
+  EXPECT_EQ(
+      to_json(numerics_settings(Config::load(kDir, {}))),
+      (nlohmann::json{{"gemm", "tuned"},
+                      {"gemm_report", false},
+                      {"slice_kernels", "auto"},
+                      {"slice_weight_grad", "gemm"},
+                      {"parameter_casts", "once"},
+                      {"fp8_amax_history", 16},
+                      {"fp8_margin", 0},
+                      {"fp8_exclude", nlohmann::json::array({"embedding", "attention_inputs"})}}));
   for (const auto& [key, choices] : std::vector<std::pair<std::string, std::string>>{
            {"numerics.gemm", "tuned, heuristic, aten"},
            {"numerics.slice_kernels", "auto, mma"},
