@@ -22,20 +22,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A small, fast run on the CPU: 2 epochs of 3 steps of a 1-layer model.
 std::vector<std::string> tiny(const std::string& out, std::vector<std::string> extra = {}) {
-  std::vector<std::string> o = {"model.n_layers=1",
-                                "model.n_hidden=32",
-                                "model.n_head=2",
-                                "model.slice_num=8",
-                                "dataset.num_train=6",
-                                "dataset.num_val=2",
-                                "dataset.points_per_sample=600",
-                                "dataset.sampling_resolution=256",
-                                "training.num_epochs=2",
-                                "output_dir=" + out,
-                                "run_id=r",
-                                "logging.console_every_n_steps=100",
-                                "device=cpu"};
+  std::vector<std::string> o = testing::quick_train_overrides(out);
+  for (const char* k : {"training.num_epochs=2", "run_id=r", "logging.console_every_n_steps=100"}) {
+    o.emplace_back(k);
+  }
   o.insert(o.end(), extra.begin(), extra.end());
   return o;
 }
