@@ -160,7 +160,8 @@ int64_t slots_of(Registry& r, const at::Tensor& weight) {
               " where the others are on ", r.device);
   const auto first = static_cast<int64_t>(r.first_slot.size()) * kRoles;
   TORCH_CHECK(first + kRoles <= kMaxLinears * kRoles, "fp8: more than ", kMaxLinears,
-              " Linear layers");
+              " Linear layers (a weight made anew at each call must keep its parameter's "
+              "scaling state through fp8::KeyAs)");
   r.first_slot.emplace(key, first);
   r.scaled.resize(static_cast<size_t>(first + kRoles), false);
   return first;

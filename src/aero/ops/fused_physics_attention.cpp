@@ -1,5 +1,6 @@
 #include "aero/ops/fused_physics_attention.h"
 
+#include "aero/ops/fp8_linear.h"
 #include "aero/ops/numerics.h"
 
 #include <torch/autograd.h>
@@ -7,6 +8,8 @@
 #include <torch/version.h>
 
 #include <cmath>
+#include <memory>
+#include <vector>
 
 #include "aero/ops/slice_ops.h"
 
@@ -129,7 +132,13 @@ class SliceMixFunction : public torch::autograd::Function<SliceMixFunction> {
     {
       const torch::AutoGradMode grad_on(true);
       token_leaf = sliced.tokens.detach().requires_grad_(true);
-      for (const auto& leaf : leaves) leaf_copies.push_back(leaf.detach().requires_grad_(true));
+      // Under precision: fp8, a copy taken as a Linear's weight keeps its
+      // leaf's scaling state (a new copy each call, the same state each step).
+      std::vector<std::unique_ptr<fp8::KeyAs>> keys;
+      for (const auto& leaf : leaves) {
+        leaf_copies.push_back(leaf.detach().requires_grad_(true));
+        keys.push_back(std::make_unique<fp8::KeyAs>(leaf_copies.back(), leaf));
+      }
       mixed = (*mix)(token_leaf, leaf_copies);
     }
     auto out = slice_ops::expand(in, sliced.lse, mixed.detach());

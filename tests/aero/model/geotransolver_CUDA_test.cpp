@@ -23,6 +23,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace slipstream::aero {
@@ -318,9 +319,12 @@ TEST(FusedContextProjectorCudaTest, FusedMatchesReferenceWithinBf16Tolerance_CUD
 // The volume config's first two blocks on the GPU, seeded, and a random
 // cloud of 8191 points: a bf16 training step's loss and gradients.
 struct TwoBlocks {
-  explicit TwoBlocks(uint64_t seed) {
+  // local_features: the volume config's blocks (GALE heads of 56); false:
+  // the surface config's (heads of 32).
+  explicit TwoBlocks(uint64_t seed, bool local_features = true) {
     GeoTransolverOptions o;
     o.n_layers = 2;
+    o.include_local_features = local_features;
     torch::manual_seed(seed);
     model = GeoTransolver(o);
     model->to(torch::kCUDA);
@@ -446,19 +450,24 @@ TEST(ParameterCastsCudaTest, OneLaunchCastsEveryParameterAsToDoes_CUDA) {
             std::string::npos);
 }
 
-// precision: fp8 on the volume config's blocks, whose GALE heads (56) are
-// padded to the slice kernels' 64 through per-call copies of in_project_x,
-// in_project_fx and out_linear: the copies' scaling state is the
-// parameters' (fp8::KeyAs), so steps after the first make no new state and
-// the parameters' amax histories fill, one entry a step.
-TEST(GeoTransolverCudaTest, Fp8ScalingStateStaysWithThePaddedParameters_CUDA) {
+// precision: fp8 keys each Linear's scaling state by its parameter, also
+// where the GEMM takes a per-call copy: the volume config's GALE heads (56)
+// are padded to the slice kernels' 64 through copies of in_project_x,
+// in_project_fx and out_linear (fp8::KeyAs); the surface config's heads
+// (32) put the mix's cross_q, cross_k and cross_v in fp8 on the copies the
+// fused slice mix takes of its leaves. Steps after the first make no new
+// state, and each parameter's amax history fills, one entry a step.
+class Fp8ScalingStateTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(Fp8ScalingStateTest, StaysWithTheParametersOfPerCallCopies_CUDA) {
   SKIP_WITHOUT_CUDA();
   if (const auto why = fp8::unsupported(c10::Device(c10::kCUDA, 0)); !why.empty()) {
     GTEST_SKIP() << why;
   }
-  TwoBlocks t(17);
+  const bool volume = GetParam();
+  TwoBlocks t(17, volume);
   auto& attn = *t.model->blocks[0]->as<GaleBlock>()->Attn;
-  ASSERT_EQ(attn.dim_head, 56);
+  ASSERT_EQ(attn.dim_head, volume ? 56 : 32);
   struct Fp8On {  // on for this test alone, also where it fails
     Fp8On() { fp8::configure(true, {}); }
     ~Fp8On() { fp8::configure(false, {}); }
@@ -469,20 +478,36 @@ TEST(GeoTransolverCudaTest, Fp8ScalingStateStaysWithThePaddedParameters_CUDA) {
   fp8::update_scales();
   t.backward(t.loss(), grads);
   const int64_t after_one = fp8::linears();
+  std::vector<torch::Tensor>
+      held;  // allocations between the steps: no copy lands where the last was
   for (int step = 0; step < 2; ++step) {
+    held.push_back(torch::empty({1 << 20}, torch::kCUDA));
     fp8::update_scales();
     t.backward(t.loss(), grads);
   }
   fp8::update_scales();
   EXPECT_EQ(fp8::linears(), after_one);
-  for (const auto* w :
-       {&attn.in_project_x->weight, &attn.in_project_fx->weight, &attn.out_linear->weight}) {
+  std::vector<std::pair<std::string, const torch::Tensor*>> weights{
+      {"in_project_x", &attn.in_project_x->weight},
+      {"in_project_fx", &attn.in_project_fx->weight},
+      {"out_linear", &attn.out_linear->weight}};
+  if (!volume) {
+    weights.insert(weights.end(), {{"cross_q", &attn.cross_q->weight},
+                                   {"cross_k", &attn.cross_k->weight},
+                                   {"cross_v", &attn.cross_v->weight}});
+  }
+  for (const auto& [name, w] : weights) {
     const auto state = fp8::state_of(*w);
-    ASSERT_TRUE(state.history.defined());
+    ASSERT_TRUE(state.history.defined()) << name << " has no scaling state of its own";
     // The weight's row: three steps' amaxes.
-    EXPECT_EQ(state.history[1].gt(0).sum().item<int64_t>(), 3);
+    EXPECT_EQ(state.history[1].gt(0).sum().item<int64_t>(), 3) << name;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(VolumeAndSurfaceHeads, Fp8ScalingStateTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return std::string(i.param ? "Volume" : "Surface");
+                         });
 
 // The GeoTransolver volume layers' step with the parameters cast once
 // (ParameterCasts, as the trainer runs it) gives the loss and gradients of
