@@ -55,7 +55,8 @@
 #              AHMED_VARIANTS "label:model:arg,arg,... ..." (e.g. "tf:transolver_surface:loss.forces.weight=0.01";
 #              a list value keeps its commas: "vf:transolver_volume:precision=fp8,numerics.fp8_exclude=[a,b]"),
 #              on AHMED_SURFACE / AHMED_VOLUME as above, AHMED_EPOCHS / AHMED_STEP / AHMED_TIMEOUT as above;
-#              $OUT/ahmed_<label>.log, _val.jsonl, _forces.svg, and a line per variant in the summary
+#              $OUT/ahmed_<label>.log, _val.jsonl, _forces.svg, and a line per variant in the summary;
+#              a run that exits non-zero (its time limit: 124) is named there and fails the stage
 #   split      (on this machine) SPLIT_DIR, a prepared directory, as .tar.xz parts of at most
 #              SPLIT_FILES files each (default 16) in .ab/: for data larger than a call's carry
 #   keep       KEEP_FILES (space-separated) copied to /tmp/slipstream-keep, for a later call on the
@@ -473,7 +474,13 @@ stage_ahmedvar() {
       "${argv[@]}" >"$OUT/ahmed_$label.log" 2>&1 &
     pids+=($!); labels+=("$label")
   done
-  wait "${pids[@]}"
+  # Each run's own exit status: one that died (a time limit, a fault) is
+  # still measured from its last checkpoint, but flagged, and fails the stage.
+  local i status
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}"; status=$?
+    [ "$status" -eq 0 ] || { log "ahmedvar: ${labels[$i]}: training exited $status (124: its time limit); measured from its last checkpoint"; rc=1; }
+  done
   for label in "${labels[@]}"; do
     grep -vE "^(Epoch [0-9]+(/[0-9]+)? \[|Validation [0-9])" "$OUT/ahmed_$label.log" | tail -24 >>"$OUT/summary.txt"
     "$BIN" infer --checkpoint "runs/ahmed_$label" --split val --out "runs/ahmed_$label/infer_val" \
