@@ -4,6 +4,8 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/TensorImpl.h>
+#include <c10/util/intrusive_ptr.h>
 #include <torch/autograd.h>
 #include <torch/version.h>
 
@@ -52,6 +54,11 @@ struct Registry {
   at::Tensor amax, history, scale, scale_inv, limit, cursor;
   std::unordered_map<const void*, int64_t> first_slot;  // by the weight's TensorImpl
   std::vector<bool> scaled;                             // a slot's first scale made
+  // Each key's TensorImpl, held weakly: its memory is not freed while its
+  // slots live, so no later tensor takes its address and with it its
+  // scaling state (a weight made anew at each call without a KeyAs then
+  // runs out of slots, loudly, instead of mixing states).
+  std::vector<c10::weak_intrusive_ptr<c10::TensorImpl>> keys;
 };
 
 Registry& registry() {
@@ -61,15 +68,15 @@ Registry& registry() {
 
 thread_local Part current_part = Part::kBlocks;  // the innermost Scope's
 // The live KeyAs scopes' (derived, source) weights, innermost last.
-thread_local std::vector<std::pair<const void*, const void*>> key_as;
+thread_local std::vector<std::pair<const void*, c10::TensorImpl*>> key_as;
 
 // The key of weight's scaling state: its TensorImpl, or its source's.
-const void* key_of(const at::Tensor& weight) {
+c10::TensorImpl* key_of(const at::Tensor& weight) {
   const void* key = weight.unsafeGetTensorImpl();
   for (auto it = key_as.rbegin(); it != key_as.rend(); ++it) {
     if (it->first == key) return it->second;
   }
-  return key;
+  return weight.unsafeGetTensorImpl();
 }
 
 }  // namespace
@@ -124,6 +131,7 @@ void configure(bool on, const Recipe& recipe) {
   r.amax = r.history = r.scale = r.scale_inv = r.limit = r.cursor = at::Tensor();
   r.first_slot.clear();
   r.scaled.clear();
+  r.keys.clear();
 }
 
 #ifdef SLIPSTREAM_FP8
@@ -137,7 +145,7 @@ cudaStream_t current_stream() { return at::cuda::getCurrentCUDAStream().stream()
 // The first of weight's three slots, made (with the buffers, on the first
 // Linear) where it has none. Host-side bookkeeping alone; r.mutex held.
 int64_t slots_of(Registry& r, const at::Tensor& weight) {
-  const void* key = key_of(weight);
+  c10::TensorImpl* key = key_of(weight);
   const auto it = r.first_slot.find(key);
   if (it != r.first_slot.end()) return it->second;
   if (!r.amax.defined()) {
@@ -163,6 +171,7 @@ int64_t slots_of(Registry& r, const at::Tensor& weight) {
               " Linear layers (a weight made anew at each call must keep its parameter's "
               "scaling state through fp8::KeyAs)");
   r.first_slot.emplace(key, first);
+  r.keys.emplace_back(c10::intrusive_ptr<c10::TensorImpl>::unsafe_reclaim_from_nonowning(key));
   r.scaled.resize(static_cast<size_t>(first + kRoles), false);
   return first;
 }

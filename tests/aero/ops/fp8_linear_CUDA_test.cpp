@@ -985,5 +985,24 @@ TEST(Fp8LinearCudaTest, APaddedCopyKeepsItsParametersScalingState_CUDA) {
   EXPECT_EQ(fp8::linears(), 2);
 }
 
+// A weight made anew at each call without a KeyAs never inherits the
+// scaling state of an earlier, freed one (whose TensorImpl the next copy's
+// would otherwise often reuse): each copy gets its own.
+TEST(Fp8LinearCudaTest, AFreedWeightsStateIsNotAnotherWeights_CUDA) {
+  SKIP_WITHOUT_FP8();
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(41);
+  const auto x = torch::randn({256, 64}, cuda).to(torch::kBFloat16);
+  const auto w = torch::randn({64, 64}, cuda);
+  const auto b = torch::zeros({64}, cuda);
+  const Fp8On on;
+  torch::NoGradGuard no_grad;
+  for (int call = 0; call < 4; ++call) {
+    const auto copy = w.clone();  // freed at the iteration's end
+    fp8::linear(x, copy, b);
+  }
+  EXPECT_EQ(fp8::linears(), 4);
+}
+
 }  // namespace
 }  // namespace slipstream::aero
