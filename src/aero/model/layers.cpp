@@ -118,7 +118,7 @@ torch::Tensor MlpImpl::forward_normed(const torch::nn::LayerNormImpl& ln, const 
     if (l1.bias.defined() && l2.bias.defined() &&
         fp8::norm_gelu_mlp_applies(x, ln.weight, ln.bias, l1.weight, l2.weight)) {
       return fp8::norm_gelu_mlp(x, ln.weight, ln.bias, ln.options.eps(), l1.weight, l1.bias,
-                                l2.weight, l2.bias);
+                                l2.weight, l2.bias, keep_gelu || !recompute_gelu);
     }
   }
   const auto [norm, residual] = layer_norm_residual(ln, x, bf16_layer_norm);

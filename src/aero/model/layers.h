@@ -42,7 +42,9 @@ class MlpImpl : public torch::nn::Module {
   // unless recompute_gelu. Longer MLPs run layer by layer, each GELU with
   // the Linear after it where recompute_gelu (gelu_linear). recompute_gelu:
   // the hidden layers are kept for the backward once, before their GELU,
-  // which the backward recomputes. The same values either way.
+  // which the backward recomputes (under precision: fp8, gelu(h)'s e4m3
+  // copy for w2's gradient is not kept but cast again from h). The same
+  // values either way.
   bool recompute_gelu = false;
   // With recompute_gelu, on the one-hidden-layer form: gelu(h) is kept for
   // the backward too (gelu_mlp's keep_gelu), one more hidden layer of memory

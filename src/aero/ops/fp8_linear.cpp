@@ -512,12 +512,25 @@ class Fp8LinearPairFunction : public torch::autograd::Function<Fp8LinearPairFunc
   }
 };
 
+// gelu(h) cast into slot (h: (padded rows, hidden) bf16, its first `rows`
+// rows read), and its transposed copy where want_t.
+Cast gelu_cast(Registry& r, int64_t slot, const at::Tensor& h, int64_t rows, bool want_t) {
+  const int64_t hidden = h.size(1);
+  return quantize_by(r, slot, rows, hidden, h.options(), true, want_t,
+                     [&](const float* scale, uint8_t* out, uint8_t* out_t, float* amax, bool) {
+                       fk::quantize_gelu(h.data_ptr(), nullptr, rows, padded(rows), hidden, scale,
+                                         format_of(slot), out, out_t, amax, nullptr, nullptr,
+                                         current_stream());
+                     });
+}
+
 // linear(gelu(linear(x, w1, b1)), w2, b2) with both products as
 // Fp8LinearFunction makes them, gelu(h) cast straight to the second
 // product's e4m3 copies and GELU's backward straight to the e5m2 copies of
 // h's gradient, with b1's gradient summed in the same pass
 // (fp8_kernels.h's quantize_gelu). Keeps x's, gelu(h)'s and both weights'
-// transposed fp8 copies and h. With a Norm (ln_w not empty), of
+// transposed fp8 copies and h (gelu(h)'s not with keep_gelu false: the
+// backward casts it again from h). With a Norm (ln_w not empty), of
 // LayerNorm(x) instead, with x itself the residual (`residual` empty):
 // x's gradient is the LayerNorm's and the residual's, in one kernel.
 class Fp8GeluMlpFunction : public torch::autograd::Function<Fp8GeluMlpFunction> {
@@ -525,14 +538,14 @@ class Fp8GeluMlpFunction : public torch::autograd::Function<Fp8GeluMlpFunction> 
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w1,
                             const at::Tensor& b1, const at::Tensor& w2, const at::Tensor& b2,
                             const at::Tensor& residual, const at::Tensor& ln_w,
-                            const at::Tensor& ln_b, double eps, bool grad) {
+                            const at::Tensor& ln_b, double eps, bool grad, bool keep_gelu) {
     const c10::cuda::CUDAGuard guard(x.device());
     auto& r = registry();
     const std::lock_guard<std::mutex> lock(r.mutex);
     const int64_t s1 = slots_of(r, w1), s2 = slots_of(r, w2);
     const Norm norm = norm_of(x, ln_w, ln_b, eps);
     const auto x2 = norm.on() ? norm.x : as_matrix(x);
-    const int64_t rows = x2.size(0), hidden = w1.size(0);
+    const int64_t rows = x2.size(0);
     // x's gradient (LayerNorm's output's, with a Norm) is wanted for x's or the LayerNorm's.
     const bool want_x = grad && (x.requires_grad() ||
                                  (norm.on() && (ln_w.requires_grad() || ln_b.requires_grad())));
@@ -544,13 +557,10 @@ class Fp8GeluMlpFunction : public torch::autograd::Function<Fp8GeluMlpFunction> 
     // (padded rows, hidden): the padding rows' values are b1, and no cast reads them.
     const auto h = product(xq.q, w1q.q.t(), inv(r, s1 + kInput), inv(r, s1 + kWeight), bias_of(b1),
                            {}, xq.q.size(0), at::kBFloat16, /*fast_accum=*/true);
-    const Cast aq =
-        quantize_by(r, s2 + kInput, rows, hidden, h.options(), true, grad && w2.requires_grad(),
-                    [&](const float* scale, uint8_t* out, uint8_t* out_t, float* amax, bool) {
-                      fk::quantize_gelu(h.data_ptr(), nullptr, rows, padded(rows), hidden, scale,
-                                        format_of(s2 + kInput), out, out_t, amax, nullptr, nullptr,
-                                        current_stream());
-                    });
+    // gelu(h)'s transposed copy, w2's gradient's operand: kept, or (not
+    // keep_gelu) made again from h by the backward.
+    const bool want_w2 = grad && w2.requires_grad();
+    const Cast aq = gelu_cast(r, s2 + kInput, h, rows, keep_gelu && want_w2);
     const Cast w2q = quantize(r, s2 + kWeight, as_matrix(w2), true, to_h);
     const bool with = residual.numel() > 0;
     const auto c = norm.on() ? x2 : (with ? as_matrix(residual) : at::Tensor());
@@ -558,8 +568,10 @@ class Fp8GeluMlpFunction : public torch::autograd::Function<Fp8GeluMlpFunction> 
                            c, rows, at::kBFloat16, /*fast_accum=*/true);
     ctx->saved_data["residual"] = with;
     auto saved = norm_saved(norm, grad);
-    saved.insert(saved.begin(), {xq.q_t, w1q.q_t, aq.q_t, w2q.q_t, to_h ? h : at::Tensor()});
+    const bool keep_h = to_h || (want_w2 && !keep_gelu);
+    saved.insert(saved.begin(), {xq.q_t, w1q.q_t, aq.q_t, w2q.q_t, keep_h ? h : at::Tensor()});
     ctx->save_for_backward(saved);
+    ctx->saved_data["remake_gelu"] = want_w2 && !keep_gelu;
     save_two_linears(ctx, s1, s2, x, w1, b1, w2, b2);
     auto sizes = x.sizes().vec();
     sizes.back() = w2.size(0);
@@ -567,11 +579,12 @@ class Fp8GeluMlpFunction : public torch::autograd::Function<Fp8GeluMlpFunction> 
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    variable_list out(10);
+    variable_list out(11);
     if (!grads[0].defined()) return out;
     if (ctx->saved_data["residual"].toBool()) out[5] = grads[0];
     const auto saved = ctx->get_saved_variables();
-    const auto &x_t = saved[0], &w1_t = saved[1], &a_t = saved[2], &w2_t = saved[3], &h = saved[4];
+    const auto &x_t = saved[0], &w1_t = saved[1], &w2_t = saved[3], &h = saved[4];
+    at::Tensor a_t = saved[2];
     const bool norm = saved[5].defined();
     const int64_t s1 = ctx->saved_data["s1"].toInt(), s2 = ctx->saved_data["s2"].toInt();
     const auto dtype = [&](const char* key) {
@@ -595,7 +608,11 @@ class Fp8GeluMlpFunction : public torch::autograd::Function<Fp8GeluMlpFunction> 
     const bool want_w1 = ctx->needs_input_grad(1) && x_t.defined();
     const bool want_b1 = ctx->needs_input_grad(2) && h.defined();
     const bool want_h = h.defined() && w2_t.defined() && (want_x || want_w1 || want_b1);
-    const bool want_w2 = ctx->needs_input_grad(3) && a_t.defined();
+    const bool remake_gelu = ctx->saved_data["remake_gelu"].toBool();
+    const bool want_w2 = ctx->needs_input_grad(3) && (a_t.defined() || remake_gelu);
+    // gelu(h)'s transposed copy as the forward made it (the same scale
+    // within a step: the same bytes), where it was not kept.
+    if (want_w2 && !a_t.defined()) a_t = gelu_cast(r, s2 + kInput, h, rows, true).q_t;
     if (ctx->needs_input_grad(4)) out[4] = bias_gradient(grads[0], g, dtype("b2"));
     // dL/dgelu(h), (padded rows, hidden), its padding rows zero; g's fp8
     // copies freed once it is made.
@@ -745,7 +762,8 @@ bool gelu_mlp_applies(const at::Tensor& x, const at::Tensor& w1, const at::Tenso
 }
 
 at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1,
-                    const at::Tensor& w2, const at::Tensor& b2, const at::Tensor& residual) {
+                    const at::Tensor& w2, const at::Tensor& b2, const at::Tensor& residual,
+                    bool keep_gelu) {
   TORCH_CHECK(gelu_mlp_applies(x, w1, w2), "fp8::gelu_mlp: x ", x.sizes(), ", w1 ", w1.sizes(),
               " and w2 ", w2.sizes(),
               " are not fp8 products (fp8 on, one GPU, widths multiples of 16)");
@@ -758,7 +776,7 @@ at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor&
   }
   const auto none = at::empty({0}, w1.options());
   return Fp8GeluMlpFunction::apply(x, w1, b1, w2, b2, or_empty(residual, x), none, none, 0.0,
-                                   at::GradMode::is_enabled());
+                                   at::GradMode::is_enabled(), keep_gelu);
 }
 
 bool norm_gelu_mlp_applies(const at::Tensor& x, const at::Tensor& ln_w, const at::Tensor& ln_b,
@@ -768,7 +786,7 @@ bool norm_gelu_mlp_applies(const at::Tensor& x, const at::Tensor& ln_w, const at
 
 at::Tensor norm_gelu_mlp(const at::Tensor& x, const at::Tensor& ln_w, const at::Tensor& ln_b,
                          double eps, const at::Tensor& w1, const at::Tensor& b1,
-                         const at::Tensor& w2, const at::Tensor& b2) {
+                         const at::Tensor& w2, const at::Tensor& b2, bool keep_gelu) {
   TORCH_CHECK(norm_gelu_mlp_applies(x, ln_w, ln_b, w1, w2), "fp8::norm_gelu_mlp: x ", x.sizes(),
               " (", x.scalar_type(), "), the LayerNorm's weight ", ln_w.sizes(), ", w1 ",
               w1.sizes(), " and w2 ", w2.sizes(),
@@ -776,7 +794,7 @@ at::Tensor norm_gelu_mlp(const at::Tensor& x, const at::Tensor& ln_w, const at::
   TORCH_CHECK(b1.defined() && b2.defined(), "fp8::norm_gelu_mlp: both biases must be defined");
   const auto none = at::empty({0}, w1.options());
   return Fp8GeluMlpFunction::apply(x, w1, b1, w2, b2, none, ln_w, ln_b, eps,
-                                   at::GradMode::is_enabled());
+                                   at::GradMode::is_enabled(), keep_gelu);
 }
 
 void update_scales() {
@@ -817,7 +835,7 @@ std::pair<at::Tensor, at::Tensor> linear_pair(const at::Tensor&, const at::Tenso
 bool gelu_mlp_applies(const at::Tensor&, const at::Tensor&, const at::Tensor&) { return false; }
 
 at::Tensor gelu_mlp(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                    const at::Tensor&, const at::Tensor&) {
+                    const at::Tensor&, const at::Tensor&, bool) {
   TORCH_CHECK(false, "fp8::gelu_mlp: ", unsupported(c10::Device(c10::kCPU)));
   return {};
 }
@@ -840,8 +858,8 @@ bool norm_gelu_mlp_applies(const at::Tensor&, const at::Tensor&, const at::Tenso
 }
 
 at::Tensor norm_gelu_mlp(const at::Tensor&, const at::Tensor&, const at::Tensor&, double,
-                         const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                         const at::Tensor&) {
+                         const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                         bool) {
   TORCH_CHECK(false, "fp8::norm_gelu_mlp: ", unsupported(c10::Device(c10::kCPU)));
   return {};
 }

@@ -138,10 +138,15 @@ bool gelu_mlp_applies(const at::Tensor& x, const at::Tensor& w1, const at::Tenso
 // the GELU pass itself; backward, h's gradient is made, cast to e5m2 and
 // summed over rows (b1's gradient) in one pass over h and dL/dgelu(h)
 // (fp8_kernels.h's quantize_gelu). Keeps h and the fp8 copies the two
-// linear()s keep. Both biases defined; residual, where given, added by the
-// second product as linear() adds it.
+// linear()s keep; keep_gelu false (an Mlp's recompute_gelu): all but
+// gelu(h)'s transposed e4m3 copy (w2's gradient's operand), which the
+// backward casts again from h at the same scale (the same bytes within a
+// step), for rows x hidden bytes less memory and a pass over h more. Both
+// biases defined; residual, where given, added by the second product as
+// linear() adds it.
 at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1,
-                    const at::Tensor& w2, const at::Tensor& b2, const at::Tensor& residual = {});
+                    const at::Tensor& w2, const at::Tensor& b2, const at::Tensor& residual = {},
+                    bool keep_gelu = true);
 
 // A residual block's LayerNorm and the fp8 products of its output as one
 // function: LayerNorm(x) (fused_layer_norm.h's kernels: x bf16, weight and
@@ -159,13 +164,13 @@ bool norm_linear_pair_applies(const at::Tensor& x, const at::Tensor& ln_w, const
 std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_linear_pair(
     const at::Tensor& x, const at::Tensor& ln_w, const at::Tensor& ln_b, double eps,
     const at::Tensor& w1, const at::Tensor& b1, const at::Tensor& w2, const at::Tensor& b2);
-// gelu_mlp(LayerNorm(x), w1, b1, w2, b2, x): the MLP with x itself as the
-// residual (w2's rows x's width).
+// gelu_mlp(LayerNorm(x), w1, b1, w2, b2, x, keep_gelu): the MLP with x
+// itself as the residual (w2's rows x's width).
 bool norm_gelu_mlp_applies(const at::Tensor& x, const at::Tensor& ln_w, const at::Tensor& ln_b,
                            const at::Tensor& w1, const at::Tensor& w2);
 at::Tensor norm_gelu_mlp(const at::Tensor& x, const at::Tensor& ln_w, const at::Tensor& ln_b,
                          double eps, const at::Tensor& w1, const at::Tensor& b1,
-                         const at::Tensor& w2, const at::Tensor& b2);
+                         const at::Tensor& w2, const at::Tensor& b2, bool keep_gelu = true);
 
 // Enters every tensor's amax since the last call into its history and
 // remakes its scale, in one launch on the current stream; nothing when fp8

@@ -472,7 +472,9 @@ at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor&
                     const at::Tensor& w2, const at::Tensor& b2, const at::Tensor& residual,
                     bool keep_gelu) {
   TORCH_CHECK(b1.defined() && b2.defined(), "gelu_mlp: both biases must be defined");
-  if (fp8::gelu_mlp_applies(x, w1, w2)) return fp8::gelu_mlp(x, w1, b1, w2, b2, residual);
+  if (fp8::gelu_mlp_applies(x, w1, w2)) {
+    return fp8::gelu_mlp(x, w1, b1, w2, b2, residual, keep_gelu);
+  }
   if (fp8::applies(x, w1)) {  // the second product in bf16: the two apart
     return linear_residual(at::gelu(linear(x, w1, b1)), w2, b2, residual);
   }

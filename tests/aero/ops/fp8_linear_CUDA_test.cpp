@@ -507,12 +507,13 @@ struct MlpRun {
 };
 
 // Two steps of linear(gelu(linear(x, w1, b1)), w2, b2) in fp8, fused (one
-// function) or as the three ops apart, from a fresh scaling state: the
-// second step's output and the gradients of sum(y * up), and the weights'
-// scaling states after it.
+// function, keeping gelu(h)'s copy or not) or as the three ops apart, from
+// a fresh scaling state: the second step's output and the gradients of
+// sum(y * up), and the weights' scaling states after it.
 MlpRun run_fp8_mlp(const torch::Tensor& x_in, const torch::Tensor& w1_in,
                    const torch::Tensor& b1_in, const torch::Tensor& w2_in,
-                   const torch::Tensor& b2_in, const torch::Tensor& up, bool fused) {
+                   const torch::Tensor& b2_in, const torch::Tensor& up, bool fused,
+                   bool keep_gelu = true) {
   const Fp8On on;
   auto x = leaf(x_in);
   auto w1 = leaf(w1_in);
@@ -522,7 +523,7 @@ MlpRun run_fp8_mlp(const torch::Tensor& x_in, const torch::Tensor& w1_in,
   torch::Tensor y;
   for (int step = 0; step < 2; ++step) {
     next_step({&x, &w1, &b1, &w2, &b2});
-    y = fused ? fp8::gelu_mlp(x, w1, b1, w2, b2)
+    y = fused ? fp8::gelu_mlp(x, w1, b1, w2, b2, {}, keep_gelu)
               : fp8::linear(torch::gelu(fp8::linear(x, w1, b1)), w2, b2);
     (y.to(torch::kFloat) * up).sum().backward();
   }
@@ -570,6 +571,54 @@ TEST(Fp8LinearCudaTest, TheFusedMlpMatchesItsOpsApart_CUDA) {
     const auto y_apart = fp8::linear(torch::gelu(fp8::linear(x, w1, b1)), w2, b2);
     EXPECT_TRUE(torch::equal(y, y_apart));
   }
+}
+
+// The fused fp8 MLP that does not keep gelu(h)'s e4m3 copy (an Mlp's
+// recompute_gelu) casts it again in the backward: the same output,
+// gradients and scaling states as the one keeping it, bitwise, with that
+// copy's memory (hidden x rows bytes) not held between the forward and
+// the backward.
+TEST(Fp8LinearCudaTest, TheFusedMlpRecomputingGeluMatchesTheOneKeepingIt_CUDA) {
+  SKIP_WITHOUT_FP8();
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(29);
+  const int64_t rows = 20005, in = 256, hidden = 1024;
+  const auto x = torch::randn({rows, in}, cuda).to(torch::kBFloat16);
+  const auto w1 = torch::randn({hidden, in}, cuda) / std::sqrt(double(in));
+  const auto b1 = torch::randn({hidden}, cuda) * 0.1;
+  const auto w2 = torch::randn({in, hidden}, cuda) / std::sqrt(double(hidden));
+  const auto b2 = torch::randn({in}, cuda) * 0.1;
+  const auto up = torch::randn({rows, in}, cuda);
+  const auto keep = run_fp8_mlp(x, w1, b1, w2, b2, up, true, true);
+  const auto remake = run_fp8_mlp(x, w1, b1, w2, b2, up, true, false);
+  EXPECT_TRUE(torch::equal(keep.y, remake.y));
+  EXPECT_TRUE(torch::equal(keep.gx, remake.gx));
+  EXPECT_TRUE(torch::equal(keep.gw1, remake.gw1));
+  EXPECT_TRUE(torch::equal(keep.gb1, remake.gb1));
+  EXPECT_TRUE(torch::equal(keep.gw2, remake.gw2));
+  EXPECT_TRUE(torch::equal(keep.gb2, remake.gb2));
+  for (const auto& [a, b] : {std::pair{&keep.s1, &remake.s1}, std::pair{&keep.s2, &remake.s2}}) {
+    EXPECT_TRUE(torch::equal(a->amax, b->amax));
+    EXPECT_TRUE(torch::equal(a->history, b->history));
+    EXPECT_TRUE(torch::equal(a->scale, b->scale));
+  }
+  // What one forward holds for its backward, each way (after a first step,
+  // so that no first-scale work or GEMM tuning runs inside the measurement).
+  const auto held = [&](bool keep_gelu) {
+    const Fp8On on;
+    auto xl = leaf(x), w1l = leaf(w1), b1l = leaf(b1), w2l = leaf(w2), b2l = leaf(b2);
+    (fp8::gelu_mlp(xl, w1l, b1l, w2l, b2l, {}, keep_gelu).to(torch::kFloat) * up).sum().backward();
+    torch::cuda::synchronize();
+    const double before = memory_allocated_gib(torch::Device(torch::kCUDA, 0));
+    const auto y = fp8::gelu_mlp(xl, w1l, b1l, w2l, b2l, {}, keep_gelu);
+    torch::cuda::synchronize();
+    return (memory_allocated_gib(torch::Device(torch::kCUDA, 0)) - before) * double(1 << 30);
+  };
+  const double copy = double(hidden) * double((rows + 15) / 16 * 16);
+  const double kept = held(true), remade = held(false);
+  EXPECT_GE(kept - remade, copy) << kept << " bytes held keeping gelu(h)'s copy, " << remade
+                                 << " without";
+  EXPECT_LT(kept - remade, 1.5 * copy);
 }
 
 // Whether each element of got is within a bf16 rounding or two of want,
