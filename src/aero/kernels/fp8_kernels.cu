@@ -221,23 +221,37 @@ __global__ void __launch_bounds__(kVecThreads, 2)
 // columns (blockIdx.y) and walks its row tiles blockIdx.x, + gridDim.x,
 // ..., so that with `partial` it also sums its rows of each column (of the
 // bf16 values) and writes them as its row of partial, in a fixed order.
-// At most one wave of blocks: each first fills its GELU table.
-template <__nv_fp8_interpretation_t kFormat, bool kBackward>
+// kForwardToo (with kBackward): the same pass also casts gelu(h) itself,
+// as the forward kernel does, in e4m3 at fwd_scale, into fwd_out_t alone
+// (the transposed copy), its amax into fwd_amax.
+// At most one wave of blocks: each first fills its GELU tables.
+template <__nv_fp8_interpretation_t kFormat, bool kBackward, bool kForwardToo = false>
 __global__ void __launch_bounds__(kVecThreads, 2)
     gelu_quantize_kernel(const uint4* __restrict__ h, const uint4* __restrict__ g, int64_t rows,
                          int64_t rows_out, int64_t cols, const float* __restrict__ scale,
                          uint8_t* __restrict__ out, uint8_t* __restrict__ out_t,
-                         float* __restrict__ amax, float* __restrict__ partial) {
+                         float* __restrict__ amax, float* __restrict__ partial,
+                         const float* __restrict__ fwd_scale, uint8_t* __restrict__ fwd_out_t,
+                         float* __restrict__ fwd_amax) {
+  static_assert(kBackward || !kForwardToo, "the forward copy rides on the backward pass");
   namespace gelu = kernels::gelu;
+  constexpr bool kValues = !kBackward || kForwardToo;
   __shared__ __align__(16) VecTile tile;
   __shared__ float warp_max[kVecThreads / 32];
-  __shared__ __nv_bfloat16 value[kBackward ? 1 : gelu::kEntries];
+  // kForwardToo: the forward copy's tile and gelu's table in dynamic shared
+  // memory (gelu_forward_copy_smem bytes), past the 48 KB of static arrays.
+  extern __shared__ __align__(16) unsigned char dynamic_smem[];
+  __shared__ __nv_bfloat16 value_static[kValues && !kForwardToo ? gelu::kEntries : 1];
+  auto& fwd_words = *reinterpret_cast<VecTile*>(dynamic_smem);
+  __nv_bfloat16* const value =
+      kForwardToo ? reinterpret_cast<__nv_bfloat16*>(dynamic_smem + sizeof(VecTile)) : value_static;
   __shared__ float slope[kBackward ? gelu::kEntries : 1];
   __shared__ float sums[kBackward ? kVecThreads / 32 : 1][kVecCols];
-  gelu::fill_tables(kBackward ? nullptr : value, kBackward ? slope : nullptr);
+  gelu::fill_tables(kValues ? value : nullptr, kBackward ? slope : nullptr);
   const int tid = threadIdx.x;
   const float s = scale[0];
-  float m = 0.f;
+  const float fs = kForwardToo ? fwd_scale[0] : 0.f;
+  float m = 0.f, fm = 0.f;
   float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   const int lc = (tid % kPackThreads) * 8, lr0 = tid / kPackThreads;
   const int64_t col0 = int64_t(blockIdx.y) * kVecCols, c = col0 + lc, packs_per_row = cols / 8;
@@ -263,6 +277,7 @@ __global__ void __launch_bounds__(kVecThreads, 2)
         const int lr = lr0 + (p0 + p) * kPassRows;
         const int64_t r = row0 + lr;
         uint2 packed = make_uint2(0u, 0u);  // fp8 zeros, also in the padding rows
+        uint2 fwd_packed = make_uint2(0u, 0u);
         if (valid[p]) {
           gelu::Pack8 y;
           if constexpr (kBackward) {
@@ -278,16 +293,32 @@ __global__ void __launch_bounds__(kVecThreads, 2)
             if constexpr (kBackward) acc[k] += v[k];
           }
           packed = pack8<kFormat>(v, s);
+          if constexpr (kForwardToo) {
+            gelu::forward_pack(x[p], value, y);
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+              v[k] = __bfloat162float(y.v[k]);
+              fm = bounded_max(fm, v[k]);
+            }
+            fwd_packed = pack8<__NV_E4M3>(v, fs);
+          }
         }
         if (out != nullptr && c < cols && r < rows_out) {
           *reinterpret_cast<uint2*>(out + r * cols + c) = packed;
         }
         tile_store(tile, lr, lc, packed);
+        if constexpr (kForwardToo) {
+          tile_store(fwd_words, lr, lc, fwd_packed);
+        }
       }
     }
     store_transposed(tile, out_t, row0, col0, rows_out, cols);
+    if constexpr (kForwardToo) {
+      store_transposed(fwd_words, fwd_out_t, row0, col0, rows_out, cols);
+    }
   }
   block_amax(m, warp_max, amax);
+  if constexpr (kForwardToo) block_amax(fm, warp_max, fwd_amax);
   if constexpr (kBackward) {
     if (partial == nullptr) return;
     // A warp's 2 threads of each 8-column piece (lanes 16 apart), then the
@@ -357,14 +388,29 @@ dim3 gelu_grid(int64_t rows_out, int64_t cols) {
   return dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(strips));
 }
 
-template <__nv_fp8_interpretation_t kFormat, bool kBackward>
+template <__nv_fp8_interpretation_t kFormat, bool kBackward, bool kForwardToo = false>
 void launch_gelu(const void* h, const void* g, int64_t rows, int64_t rows_out, int64_t cols,
                  const float* scale, uint8_t* out, uint8_t* out_t, float* amax, float* partial,
-                 cudaStream_t st) {
-  gelu_quantize_kernel<kFormat, kBackward>
-      <<<gelu_grid<kFormat, kBackward>(rows_out, cols), kVecThreads, 0, st>>>(
+                 const GeluForwardCopy* also, cudaStream_t st) {
+  // The forward copy's form takes the plain backward's grid: `partial`
+  // has a row for each of its row chunks (gelu_partial_rows).
+  constexpr size_t kDynamic =
+      kForwardToo ? sizeof(VecTile) + sizeof(__nv_bfloat16) * kernels::gelu::kEntries : 0;
+  if constexpr (kForwardToo) {
+    static const bool opted_in = [] {
+      kernels::check_cuda(
+          cudaFuncSetAttribute(gelu_quantize_kernel<kFormat, kBackward, kForwardToo>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, int(kDynamic)),
+          "cudaFuncSetAttribute");
+      return true;
+    }();
+    (void)opted_in;
+  }
+  gelu_quantize_kernel<kFormat, kBackward, kForwardToo>
+      <<<gelu_grid<kFormat, kBackward>(rows_out, cols), kVecThreads, kDynamic, st>>>(
           static_cast<const uint4*>(h), static_cast<const uint4*>(g), rows, rows_out, cols, scale,
-          out, out_t, amax, partial);
+          out, out_t, amax, partial, also != nullptr ? also->scale : nullptr,
+          also != nullptr ? also->out_t : nullptr, also != nullptr ? also->amax : nullptr);
 }
 
 __global__ void update_scales_kernel(float* amax, float* history, float* scale, float* scale_inv,
@@ -418,10 +464,12 @@ void quantize(const void* in, bool in_fp32, int64_t rows, int64_t rows_out, int6
 }
 
 bool gelu_supported(int64_t rows_out, int64_t cols, const void* h, const void* g,
-                    const uint8_t* out, const uint8_t* out_t) {
+                    const uint8_t* out, const uint8_t* out_t, const GeluForwardCopy* also) {
   return cols > 0 && cols % 8 == 0 && rows_out % 16 == 0 && aligned16(h) &&
          (g == nullptr || aligned16(g)) && (out == nullptr || aligned16(out)) &&
-         (out_t == nullptr || aligned16(out_t));
+         (out_t == nullptr || aligned16(out_t)) &&
+         (also == nullptr ||
+          (g != nullptr && out != nullptr && also->out_t != nullptr && aligned16(also->out_t)));
 }
 
 int64_t gelu_partial_rows(int64_t rows_out, int64_t cols, Format format) {
@@ -432,11 +480,12 @@ int64_t gelu_partial_rows(int64_t rows_out, int64_t cols, Format format) {
 
 void quantize_gelu(const void* h, const void* g, int64_t rows, int64_t rows_out, int64_t cols,
                    const float* scale, Format format, uint8_t* out, uint8_t* out_t, float* amax,
-                   float* partial, float* colsum, void* stream) {
+                   float* partial, float* colsum, void* stream, const GeluForwardCopy* also) {
   if (rows_out < rows) throw std::invalid_argument("fp8 quantize_gelu: rows_out below rows");
-  if (!gelu_supported(rows_out, cols, h, g, out, out_t)) {
+  if (!gelu_supported(rows_out, cols, h, g, out, out_t, also)) {
     throw std::invalid_argument(
-        "fp8 quantize_gelu: needs cols a multiple of 8, rows_out of 16, 16-byte aligned pointers");
+        "fp8 quantize_gelu: needs cols a multiple of 8, rows_out of 16, 16-byte aligned pointers "
+        "(and, for the forward copy too, GELU's backward writing its own copy)");
   }
   if (g == nullptr && (partial != nullptr || colsum != nullptr)) {
     throw std::invalid_argument("fp8 quantize_gelu: column sums are of GELU's backward alone");
@@ -447,13 +496,17 @@ void quantize_gelu(const void* h, const void* g, int64_t rows, int64_t rows_out,
   auto* st = static_cast<cudaStream_t>(stream);
   const bool e4m3 = format == Format::kE4M3;
   if (g == nullptr) {
-    (e4m3 ? launch_gelu<__NV_E4M3, false> : launch_gelu<__NV_E5M2, false>)(h, g, rows, rows_out,
-                                                                           cols, scale, out, out_t,
-                                                                           amax, nullptr, st);
+    (e4m3 ? launch_gelu<__NV_E4M3, false>
+          : launch_gelu<__NV_E5M2, false>)(h, g, rows, rows_out, cols, scale, out, out_t, amax,
+                                           nullptr, nullptr, st);
+  } else if (also != nullptr) {
+    (e4m3 ? launch_gelu<__NV_E4M3, true, true>
+          : launch_gelu<__NV_E5M2, true, true>)(h, g, rows, rows_out, cols, scale, out, out_t, amax,
+                                                partial, also, st);
   } else {
     (e4m3 ? launch_gelu<__NV_E4M3, true> : launch_gelu<__NV_E5M2, true>)(h, g, rows, rows_out, cols,
                                                                          scale, out, out_t, amax,
-                                                                         partial, st);
+                                                                         partial, nullptr, st);
   }
   kernels::check_launch("fp8", "gelu_quantize_kernel");
   if (partial != nullptr) {

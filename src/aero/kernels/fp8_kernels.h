@@ -37,14 +37,26 @@ void quantize(const void* in, bool in_fp32, int64_t rows, int64_t rows_out, int6
 // colsum not null: colsum[c] = the sum over rows of column c of those bf16
 // values, in fp32 and a fixed order, through `partial`
 // (gelu_partial_rows(rows_out, cols, format), cols) fp32 scratch: the bias
-// gradient of the Linear before the GELU. Takes what gelu_supported says;
-// throws otherwise. Asynchronous on `stream`.
+// gradient of the Linear before the GELU. With g and out not null, `also`
+// (unless null) has the same pass over h cast gelu(h) itself as well, as
+// the call with g null casts it, in e4m3 at also->scale, into also->out_t
+// (cols, rows_out) alone, its amax into also->amax: the copy for the
+// second product's weight gradient that a forward did not keep, without
+// reading h again. Takes what gelu_supported says; throws otherwise.
+// Asynchronous on `stream`.
+struct GeluForwardCopy {
+  const float* scale;
+  uint8_t* out_t;
+  float* amax;
+};
 bool gelu_supported(int64_t rows_out, int64_t cols, const void* h, const void* g,
-                    const uint8_t* out, const uint8_t* out_t);
+                    const uint8_t* out, const uint8_t* out_t,
+                    const GeluForwardCopy* also = nullptr);
 int64_t gelu_partial_rows(int64_t rows_out, int64_t cols, Format format);
 void quantize_gelu(const void* h, const void* g, int64_t rows, int64_t rows_out, int64_t cols,
                    const float* scale, Format format, uint8_t* out, uint8_t* out_t, float* amax,
-                   float* partial, float* colsum, void* stream);
+                   float* partial, float* colsum, void* stream,
+                   const GeluForwardCopy* also = nullptr);
 
 // The scales of `count` tensors (slots) after a step, in one launch: for each slot s, amax[s] is
 // recorded in history[s][*cursor % history_len] (a non-finite one as 0, so that an overflowing step

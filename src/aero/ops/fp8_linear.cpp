@@ -611,24 +611,29 @@ class Fp8GeluMlpFunction : public torch::autograd::Function<Fp8GeluMlpFunction> 
     const bool remake_gelu = ctx->saved_data["remake_gelu"].toBool();
     const bool want_w2 = ctx->needs_input_grad(3) && (a_t.defined() || remake_gelu);
     // gelu(h)'s transposed copy as the forward made it (the same scale
-    // within a step: the same bytes), where it was not kept.
-    if (want_w2 && !a_t.defined()) a_t = gelu_cast(r, s2 + kInput, h, rows, true).q_t;
+    // within a step: the same bytes), where it was not kept: by the pass
+    // over h that makes h's gradient's fp8 copies where there is one, else
+    // by a pass of its own.
+    const bool remake_in_pass = want_w2 && !a_t.defined() && want_h && (want_x || want_w1);
+    if (want_w2 && !a_t.defined() && !remake_in_pass) {
+      a_t = gelu_cast(r, s2 + kInput, h, rows, true).q_t;
+    }
     if (ctx->needs_input_grad(4)) out[4] = bias_gradient(grads[0], g, dtype("b2"));
     // dL/dgelu(h), (padded rows, hidden), its padding rows zero; g's fp8
-    // copies freed once it is made.
+    // copies freed once it is made and w2's gradient taken.
     at::Tensor ga;
-    {
-      const Cast gq = quantize(r, s2 + kGradOutput, g, want_h, want_w2);
-      if (want_w2) {
-        out[3] = product(gq.q_t, a_t.t(), inv(r, s2 + kGradOutput), inv(r, s2 + kInput),
-                         std::nullopt, {}, gq.q_t.size(0), at::kFloat, /*fast_accum=*/false)
-                     .to(dtype("w2"));
-      }
-      if (want_h) {
-        ga = product(gq.q, w2_t.t(), inv(r, s2 + kGradOutput), inv(r, s2 + kWeight), std::nullopt,
-                     {}, gq.q.size(0), at::kBFloat16, /*fast_accum=*/false);
-      }
+    Cast gq = quantize(r, s2 + kGradOutput, g, want_h, want_w2);
+    const auto w2_gradient = [&] {
+      out[3] = product(gq.q_t, a_t.t(), inv(r, s2 + kGradOutput), inv(r, s2 + kInput), std::nullopt,
+                       {}, gq.q_t.size(0), at::kFloat, /*fast_accum=*/false)
+                   .to(dtype("w2"));
+    };
+    if (want_w2 && !remake_in_pass) w2_gradient();
+    if (want_h) {
+      ga = product(gq.q, w2_t.t(), inv(r, s2 + kGradOutput), inv(r, s2 + kWeight), std::nullopt, {},
+                   gq.q.size(0), at::kBFloat16, /*fast_accum=*/false);
     }
+    if (!remake_in_pass) gq = Cast{};
     if (!want_h) {
       if (norm && ctx->needs_input_grad(0)) out[0] = finish(at::Tensor());
       return out;
@@ -641,14 +646,26 @@ class Fp8GeluMlpFunction : public torch::autograd::Function<Fp8GeluMlpFunction> 
       colsum = at::empty({hidden}, f32);
       partial = at::empty({fk::gelu_partial_rows(padded(rows), hidden, format), hidden}, f32);
     }
+    if (remake_in_pass) {
+      a_t = at::empty({hidden, padded(rows)}, ga.options().dtype(dtype_of(format_of(s2 + kInput))));
+    }
+    const fk::GeluForwardCopy also{r.scale.data_ptr<float>() + s2 + kInput,
+                                   remake_in_pass ? static_cast<uint8_t*>(a_t.data_ptr()) : nullptr,
+                                   r.amax.data_ptr<float>() + s2 + kInput};
     const Cast ghq = quantize_by(
         r, s1 + kGradOutput, rows, hidden, ga.options(), want_x, want_w1,
         [&](const float* scale, uint8_t* o, uint8_t* o_t, float* amax, bool last) {
           fk::quantize_gelu(h.data_ptr(), ga.data_ptr(), rows, padded(rows), hidden, scale, format,
                             o, o_t, amax, last && want_b1 ? partial.data_ptr<float>() : nullptr,
-                            last && want_b1 ? colsum.data_ptr<float>() : nullptr, current_stream());
+                            last && want_b1 ? colsum.data_ptr<float>() : nullptr, current_stream(),
+                            last && remake_in_pass ? &also : nullptr);
         });
     ga.reset();  // before the GEMMs' outputs are made
+    if (remake_in_pass) {
+      w2_gradient();
+      gq = Cast{};
+      a_t.reset();
+    }
     if (want_x) {
       out[0] = finish(product(ghq.q, w1_t.t(), inv(r, s1 + kGradOutput), inv(r, s1 + kWeight),
                               std::nullopt, {}, ghq.q.size(0), at::kBFloat16, /*fast_accum=*/false)
