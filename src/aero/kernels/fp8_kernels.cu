@@ -239,7 +239,7 @@ __global__ void __launch_bounds__(kVecThreads, 2)
   __shared__ __align__(16) VecTile tile;
   __shared__ float warp_max[kVecThreads / 32];
   // kForwardToo: the forward copy's tile and gelu's table in dynamic shared
-  // memory (gelu_forward_copy_smem bytes), past the 48 KB of static arrays.
+  // memory (launch_gelu's kDynamic bytes), past the 48 KB of static arrays.
   extern __shared__ __align__(16) unsigned char dynamic_smem[];
   __shared__ __nv_bfloat16 value_static[kValues && !kForwardToo ? gelu::kEntries : 1];
   auto& fwd_words = *reinterpret_cast<VecTile*>(dynamic_smem);
