@@ -532,29 +532,54 @@ struct MlpRun {
   fp8::State s1, s2;
 };
 
+// An MLP's input x (bf16), weights and biases (fp32) and the upstream
+// gradient of a sum(y * up) loss, from `seed`.
+struct MlpInputs {
+  torch::Tensor x, w1, b1, w2, b2, up;
+};
+
+MlpInputs mlp_inputs(uint64_t seed, int64_t rows, int64_t in, int64_t hidden) {
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(seed);
+  MlpInputs m;
+  m.x = torch::randn({rows, in}, cuda).to(torch::kBFloat16);
+  m.w1 = torch::randn({hidden, in}, cuda) / std::sqrt(double(in));
+  m.b1 = torch::randn({hidden}, cuda) * 0.1;
+  m.w2 = torch::randn({in, hidden}, cuda) / std::sqrt(double(hidden));
+  m.b2 = torch::randn({in}, cuda) * 0.1;
+  m.up = torch::randn({rows, in}, cuda);
+  return m;
+}
+
 // Two steps of linear(gelu(linear(x, w1, b1)), w2, b2) in fp8, fused (one
 // function, keeping gelu(h)'s copy or not) or as the three ops apart, from
 // a fresh scaling state: the second step's output and the gradients of
 // sum(y * up), and the weights' scaling states after it.
-MlpRun run_fp8_mlp(const torch::Tensor& x_in, const torch::Tensor& w1_in,
-                   const torch::Tensor& b1_in, const torch::Tensor& w2_in,
-                   const torch::Tensor& b2_in, const torch::Tensor& up, bool fused,
-                   bool keep_gelu = true) {
+MlpRun run_fp8_mlp(const MlpInputs& in, bool fused, bool keep_gelu = true) {
   const Fp8On on;
-  auto x = leaf(x_in);
-  auto w1 = leaf(w1_in);
-  auto b1 = leaf(b1_in);
-  auto w2 = leaf(w2_in);
-  auto b2 = leaf(b2_in);
+  auto x = leaf(in.x);
+  auto w1 = leaf(in.w1);
+  auto b1 = leaf(in.b1);
+  auto w2 = leaf(in.w2);
+  auto b2 = leaf(in.b2);
   torch::Tensor y;
   for (int step = 0; step < 2; ++step) {
     next_step({&x, &w1, &b1, &w2, &b2});
     y = fused ? fp8::gelu_mlp(x, w1, b1, w2, b2, {}, keep_gelu)
               : fp8::linear(torch::gelu(fp8::linear(x, w1, b1)), w2, b2);
-    (y.to(torch::kFloat) * up).sum().backward();
+    (y.to(torch::kFloat) * in.up).sum().backward();
   }
   return {y.detach(), x.grad(),  w1.grad(),         b1.grad(),
           w2.grad(),  b2.grad(), fp8::state_of(w1), fp8::state_of(w2)};
+}
+
+// Both runs' weights' scaling states (amax, history, scale) bitwise equal.
+void expect_same_states(const MlpRun& a, const MlpRun& b) {
+  for (const auto& [p, q] : {std::pair{&a.s1, &b.s1}, std::pair{&a.s2, &b.s2}}) {
+    EXPECT_TRUE(torch::equal(p->amax, q->amax));
+    EXPECT_TRUE(torch::equal(p->history, q->history));
+    EXPECT_TRUE(torch::equal(p->scale, q->scale));
+  }
 }
 
 // The fused fp8 MLP against its three ops apart (the GeoTransolver's
@@ -563,38 +588,26 @@ MlpRun run_fp8_mlp(const torch::Tensor& x_in, const torch::Tensor& w1_in,
 // and the scaling states bitwise; b1's gradient to fp32 summation order.
 TEST(Fp8LinearCudaTest, TheFusedMlpMatchesItsOpsApart_CUDA) {
   SKIP_WITHOUT_FP8();
-  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
-  torch::manual_seed(13);
-  const int64_t rows = 20005, in = 448, hidden = 1792;
-  const auto x = torch::randn({rows, in}, cuda).to(torch::kBFloat16);
-  const auto w1 = torch::randn({hidden, in}, cuda) / std::sqrt(double(in));
-  const auto b1 = torch::randn({hidden}, cuda) * 0.1;
-  const auto w2 = torch::randn({in, hidden}, cuda) / std::sqrt(double(hidden));
-  const auto b2 = torch::randn({in}, cuda) * 0.1;
-  const auto up = torch::randn({rows, in}, cuda);
+  const auto m = mlp_inputs(13, 20005, 448, 1792);
   {
     const Fp8On on;
-    ASSERT_TRUE(fp8::gelu_mlp_applies(x, w1, w2));
+    ASSERT_TRUE(fp8::gelu_mlp_applies(m.x, m.w1, m.w2));
   }
-  const auto fused = run_fp8_mlp(x, w1, b1, w2, b2, up, true);
-  const auto apart = run_fp8_mlp(x, w1, b1, w2, b2, up, false);
+  const auto fused = run_fp8_mlp(m, true);
+  const auto apart = run_fp8_mlp(m, false);
   EXPECT_TRUE(torch::equal(fused.y, apart.y));
   EXPECT_TRUE(torch::equal(fused.gx, apart.gx));
   EXPECT_TRUE(torch::equal(fused.gw1, apart.gw1));
   EXPECT_TRUE(torch::equal(fused.gw2, apart.gw2));
   EXPECT_TRUE(torch::equal(fused.gb2, apart.gb2));
   EXPECT_LE(relative_error(fused.gb1, apart.gb1), 1e-5);
-  for (const auto& [a, b] : {std::pair{&fused.s1, &apart.s1}, std::pair{&fused.s2, &apart.s2}}) {
-    EXPECT_TRUE(torch::equal(a->amax, b->amax));
-    EXPECT_TRUE(torch::equal(a->history, b->history));
-    EXPECT_TRUE(torch::equal(a->scale, b->scale));
-  }
+  expect_same_states(fused, apart);
   // No gradient asked for: nothing kept, the same output.
   {
     const Fp8On on;
     const torch::NoGradGuard no_grad;
-    const auto y = fp8::gelu_mlp(x, w1, b1, w2, b2);
-    const auto y_apart = fp8::linear(torch::gelu(fp8::linear(x, w1, b1)), w2, b2);
+    const auto y = fp8::gelu_mlp(m.x, m.w1, m.b1, m.w2, m.b2);
+    const auto y_apart = fp8::linear(torch::gelu(fp8::linear(m.x, m.w1, m.b1)), m.w2, m.b2);
     EXPECT_TRUE(torch::equal(y, y_apart));
   }
 }
@@ -606,28 +619,17 @@ TEST(Fp8LinearCudaTest, TheFusedMlpMatchesItsOpsApart_CUDA) {
 // the backward.
 TEST(Fp8LinearCudaTest, TheFusedMlpRecomputingGeluMatchesTheOneKeepingIt_CUDA) {
   SKIP_WITHOUT_FP8();
-  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
-  torch::manual_seed(29);
-  const int64_t rows = 20005, in = 256, hidden = 1024;
-  const auto x = torch::randn({rows, in}, cuda).to(torch::kBFloat16);
-  const auto w1 = torch::randn({hidden, in}, cuda) / std::sqrt(double(in));
-  const auto b1 = torch::randn({hidden}, cuda) * 0.1;
-  const auto w2 = torch::randn({in, hidden}, cuda) / std::sqrt(double(hidden));
-  const auto b2 = torch::randn({in}, cuda) * 0.1;
-  const auto up = torch::randn({rows, in}, cuda);
-  const auto keep = run_fp8_mlp(x, w1, b1, w2, b2, up, true, true);
-  const auto remake = run_fp8_mlp(x, w1, b1, w2, b2, up, true, false);
+  const int64_t rows = 20005, hidden = 1024;
+  const auto m = mlp_inputs(29, rows, 256, hidden);
+  const auto keep = run_fp8_mlp(m, true, true);
+  const auto remake = run_fp8_mlp(m, true, false);
   EXPECT_TRUE(torch::equal(keep.y, remake.y));
   EXPECT_TRUE(torch::equal(keep.gx, remake.gx));
   EXPECT_TRUE(torch::equal(keep.gw1, remake.gw1));
   EXPECT_TRUE(torch::equal(keep.gb1, remake.gb1));
   EXPECT_TRUE(torch::equal(keep.gw2, remake.gw2));
   EXPECT_TRUE(torch::equal(keep.gb2, remake.gb2));
-  for (const auto& [a, b] : {std::pair{&keep.s1, &remake.s1}, std::pair{&keep.s2, &remake.s2}}) {
-    EXPECT_TRUE(torch::equal(a->amax, b->amax));
-    EXPECT_TRUE(torch::equal(a->history, b->history));
-    EXPECT_TRUE(torch::equal(a->scale, b->scale));
-  }
+  expect_same_states(keep, remake);
   // What one forward holds for its backward, each way (after a first step,
   // so that no first-scale work or GEMM tuning runs inside the measurement;
   // from an emptied allocator cache). The allocator counts a cached block
@@ -635,8 +637,10 @@ TEST(Fp8LinearCudaTest, TheFusedMlpRecomputingGeluMatchesTheOneKeepingIt_CUDA) {
   // may count up to 1 MiB more than it holds.
   const auto held = [&](bool keep_gelu) {
     const Fp8On on;
-    auto xl = leaf(x), w1l = leaf(w1), b1l = leaf(b1), w2l = leaf(w2), b2l = leaf(b2);
-    (fp8::gelu_mlp(xl, w1l, b1l, w2l, b2l, {}, keep_gelu).to(torch::kFloat) * up).sum().backward();
+    auto xl = leaf(m.x), w1l = leaf(m.w1), b1l = leaf(m.b1), w2l = leaf(m.w2), b2l = leaf(m.b2);
+    (fp8::gelu_mlp(xl, w1l, b1l, w2l, b2l, {}, keep_gelu).to(torch::kFloat) * m.up)
+        .sum()
+        .backward();
     torch::cuda::synchronize();
     empty_device_cache(torch::Device(torch::kCUDA, 0));
     const double before = memory_allocated_gib(torch::Device(torch::kCUDA, 0));
