@@ -59,7 +59,8 @@ ParameterCasts::ParameterCasts(const std::vector<at::Tensor>& params) {
     for (int64_t s = 0; s < p.numel(); s += ck::kChunkElements) {
       chunks.push_back({src + s, dst + 2 * s, std::min(ck::kChunkElements, p.numel() - s)});
     }
-    casts_.emplace(p.unsafeGetTensorImpl(), Entry{p, cast, p.data_ptr()});
+    const auto it = casts_.emplace(p.unsafeGetTensorImpl(), Entry{p, cast, p.data_ptr()}).first;
+    by_data_.emplace(p.data_ptr(), &it->second);
   }
   chunk_count_ = static_cast<int64_t>(chunks.size());
   const auto bytes = static_cast<int64_t>(chunks.size() * sizeof(ck::Chunk));
@@ -93,10 +94,16 @@ ParameterCasts::Scope::~Scope() { current = previous_; }
 
 const at::Tensor* ParameterCasts::find(const at::Tensor& t) {
   if (current == nullptr || c10::GradMode::is_enabled() || !t.defined()) return nullptr;
-  const auto it = current->casts_.find(t.unsafeGetTensorImpl());
-  if (it == current->casts_.end()) return nullptr;
+  if (const auto it = current->casts_.find(t.unsafeGetTensorImpl()); it != current->casts_.end()) {
+    ++current->hits_;
+    return &it->second.cast;
+  }
+  // An alias: the parameter's memory, read as the parameter is.
+  if (t.scalar_type() != at::kFloat || !t.is_contiguous()) return nullptr;
+  const auto it = current->by_data_.find(t.data_ptr());
+  if (it == current->by_data_.end() || t.sizes() != it->second->param.sizes()) return nullptr;
   ++current->hits_;
-  return &it->second.cast;
+  return &it->second->cast;
 }
 
 }  // namespace slipstream::aero

@@ -56,7 +56,9 @@ class ParameterCasts {
   };
 
   // The bf16 cast of `t` (contiguous, 256-byte aligned) if t is a parameter
-  // of the Scope's casts and grad mode is off; else null.
+  // of the Scope's casts, or an alias of one (same data, sizes and dtype:
+  // a detach(), as the fused slice mix takes of its leaves), and grad mode
+  // is off; else null.
   static const at::Tensor* find(const at::Tensor& t);
 
  private:
@@ -64,7 +66,8 @@ class ParameterCasts {
     at::Tensor param, cast;
     const void* data;
   };
-  std::unordered_map<const void*, Entry> casts_;  // by TensorImpl
+  std::unordered_map<const void*, Entry> casts_;           // by TensorImpl
+  std::unordered_map<const void*, const Entry*> by_data_;  // by data pointer
   at::Tensor buffer_, chunks_;
   [[maybe_unused]] int64_t chunk_count_ = 0;  // read on CUDA builds only
   mutable int64_t hits_ = 0;

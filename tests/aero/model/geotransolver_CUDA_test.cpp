@@ -398,8 +398,10 @@ TEST(GeoTransolverCudaTest, RecomputeOnTheFusedPathGivesTheSameGradients_CUDA) {
 
 // One launch casts every fp32 contiguous CUDA parameter as Tensor::to does,
 // bit for bit (sizes around the kernel's chunk, values at rounding ties);
-// the others are left out; find() gives nothing in grad mode or outside a
-// Scope; a refresh follows in-place updates and refuses replaced storage.
+// the others are left out; find() gives a parameter's cast for an alias
+// of it too (a detach()), not for a view of its memory in another shape;
+// nothing in grad mode or outside a Scope; a refresh follows in-place
+// updates and refuses replaced storage.
 TEST(ParameterCastsCudaTest, OneLaunchCastsEveryParameterAsToDoes_CUDA) {
   SKIP_WITHOUT_CUDA();
   torch::manual_seed(7);
@@ -430,7 +432,13 @@ TEST(ParameterCastsCudaTest, OneLaunchCastsEveryParameterAsToDoes_CUDA) {
       EXPECT_EQ(c->sizes(), p.sizes()) << when;
       EXPECT_EQ(reinterpret_cast<uintptr_t>(c->data_ptr()) % 256, 0u) << when;
       EXPECT_TRUE(torch::equal(*c, p.to(torch::kBFloat16))) << when << ", " << p.numel();
+      EXPECT_EQ(ParameterCasts::find(p.detach()), c) << when << ", " << p.numel();
     }
+    const auto& matrix = params.back();  // (64, 48)
+    EXPECT_EQ(ParameterCasts::find(matrix.view({-1})), nullptr);
+    EXPECT_EQ(ParameterCasts::find(matrix.narrow(0, 0, 8)), nullptr);
+    EXPECT_EQ(ParameterCasts::find(matrix.t()), nullptr);
+    EXPECT_EQ(ParameterCasts::find(matrix.clone()), nullptr);
     EXPECT_EQ(ParameterCasts::find(bf16_param), nullptr);
     EXPECT_EQ(ParameterCasts::find(strided), nullptr);
   };
