@@ -99,10 +99,17 @@ void expand_d(const Problem& p, const void* z, void* out) {
 template <int D, bool kDeslice>
 void backward_dd(const Problem& p, const BackwardArgs& a) {
   if (a.dlogits != nullptr) {
-    // Only the 12-warp form writes them (writes_dlogits: D > 32, G % 32 == 0),
-    // in place of the weight-gradient kernel, for a GEMM.
+    // Only the 32-slice forms above D 32 write them (writes_dlogits: G %
+    // 32 == 0), in place of the weight-gradient kernel, for a GEMM: in
+    // pairs of batches where those divide G (kPipe, the faster form: one
+    // block of 8 warps an SM, up to 255 registers a thread), else one
+    // block of 12 warps.
     if constexpr (D > 32) {
-      detail::launch_backward_wg<D, kDeslice, 32, 12, true>(p, a);
+      if (p.slices % 64 == 0) {
+        detail::launch_backward_wg<D, kDeslice, 32, 8, true, true>(p, a);
+      } else {
+        detail::launch_backward_wg<D, kDeslice, 32, 12, true, false>(p, a);
+      }
     } else {
       throw std::invalid_argument("slice kernels: no dlogits at head size 32 and below");
     }
@@ -113,11 +120,11 @@ void backward_dd(const Problem& p, const BackwardArgs& a) {
     // need blocks of 12 warps, one an SM; at D 32 and below two blocks of 8
     // fit.
     if (p.slices % 32 != 0) {
-      detail::launch_backward_wg<D, kDeslice, 16, 8, false>(p, a);
+      detail::launch_backward_wg<D, kDeslice, 16, 8, false, false>(p, a);
     } else if constexpr (D > 32) {
-      detail::launch_backward_wg<D, kDeslice, 32, 12, false>(p, a);
+      detail::launch_backward_wg<D, kDeslice, 32, 12, false, false>(p, a);
     } else {
-      detail::launch_backward_wg<D, kDeslice, 32, 8, false>(p, a);
+      detail::launch_backward_wg<D, kDeslice, 32, 8, false, false>(p, a);
     }
   } else {
     detail::launch_backward<D, kDeslice>(p, a);

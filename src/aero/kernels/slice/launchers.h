@@ -74,8 +74,9 @@ void launch_weight_grad(const Problem& p, const BackwardArgs& a);
 
 // sm90_backward.cu: the backward in batches of C slices with W warps a
 // block (16/8 at every head size; 32/12 above 32, also writing dlogits;
-// 32/8 at 32 and below), the weight gradient at 32 and below.
-template <int D, bool kDeslice, int C, int W, bool kDlogits>
+// 32/8 at 32 and below; kPipe, batches in pairs, one block an SM: 32/8
+// above 32, writing dlogits), the weight gradient at 32 and below.
+template <int D, bool kDeslice, int C, int W, bool kDlogits, bool kPipe>
 void launch_backward_wg(const Problem& p, const BackwardArgs& a);
 template <int D, bool kDeslice>
 void launch_weight_grad_wg(const Problem& p, const BackwardArgs& a);

@@ -109,9 +109,9 @@ constexpr int64_t x_ext_column(int64_t col) {
 }
 
 // Whether backward() takes dlogits for this problem: the gemm mode, the
-// wgmma row kernel of 12 warps (sm_90a, head size 33 - 64, G a multiple
-// of 32, head size 56 or 64). At head size 32 and below the
-// weight-gradient kernel is kept.
+// wgmma row kernel with batches of 32 slices (sm_90a, head size 56 or 64,
+// G a multiple of 32). At head size 32 and below the weight-gradient
+// kernel is kept.
 bool writes_dlogits(const Problem& p);
 
 }  // namespace slipstream::aero::slice_kernels

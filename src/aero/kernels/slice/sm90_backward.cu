@@ -33,8 +33,12 @@ namespace {
 // apart in the fragment, are 16 contiguous bytes there, one store (four
 // lanes fill a row's 64 bytes of a batch) where the natural order takes
 // four stores of 4 bytes, each half a sector.
-template <int D, bool kDeslice, int C, int W, bool kDlogits>
-__global__ void __launch_bounds__(W * 32, 16 / W)
+// kPipe: a pass takes the batches in pairs with two sets of accumulators,
+// so that the tensor cores work while the weights are formed (the pass
+// below); G a multiple of 2 C, and one block an SM, its registers up to
+// 65536 / (32 W) a thread (launch.cu takes it with dlogits, 8 warps).
+template <int D, bool kDeslice, int C, int W, bool kDlogits, bool kPipe>
+__global__ void __launch_bounds__(W * 32, kPipe ? 1 : 16 / W)
     backward_wg_kernel(Problem p, const bf16* __restrict__ fx, const bf16* __restrict__ gout,
                        const bf16* __restrict__ os_in, const bf16* __restrict__ gs_in,
                        const float* __restrict__ gnorm_in, bf16* __restrict__ grad_x,
@@ -159,33 +163,77 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
     };
     // A pass over the slices: per batch, `use` turns z, w, dl into v (16
     // points x C slices) and names m (G x D, MN-major), and acc (16 points
-    // x D) += v m[s0 .. s0 + C - 1, :]. That product goes in the next
-    // batch's wgmma group: one wait a batch, nothing in flight across it,
-    // and no product under a branch (ptxas serializes those, C7520).
+    // x D) += v m[s0 .. s0 + C - 1, :]. No product sits under a branch
+    // (ptxas serializes those, C7520), and nothing is in flight across an
+    // iteration: ptxas serialized every product of a loop that left a
+    // batch's accumulators in flight over its back edge (C7514).
+    // kPipe: batches in pairs, each with its own accumulators (ra, rb).
+    // The pair's two batches of logits and dL/dw go in as two groups (the
+    // first after the product of the pair before): the weights of the first
+    // are formed while the second's products run, and the second's while
+    // the first's product runs.
+    // Otherwise: a batch's product goes in the group of the next batch's
+    // logits and dL/dw, one wait a batch.
     const auto pass = [&](float(&acc)[D / 8][4], auto&& use) {
-      Products r{};
-      uint32_t a[C / 16][4];
-      uint64_t m = 0;
-      const auto product = [&] { add_slices_product<D, C, DP>(acc, a, m); };
-      const auto take = [&](int s0) {
-        wgmma::wait<0>();
-        wgmma::touch(r.c);
-        wgmma::touch(r.d);
-        float z[J][4], w[J][4], dl[J][4], v[J][4];
-        finish(r, s0, z, w, dl);
-        m = wgmma::advance(use(s0, z, w, dl, v), slice_bytes(s0));
-        pack_slices_a<C>(v, a);
-      };
-      issue(r, 0, [] {});
-      take(0);
-      for (int s0 = C; s0 < g; s0 += C) {
-        issue(r, s0, product);
-        take(s0);
+      if constexpr (kPipe) {
+        Products ra{}, rb{};
+        // Zeros: the first pair's product of "the batch before" adds nothing.
+        uint32_t a[C / 16][4] = {};
+        uint64_t m = gs_mn;
+        const auto form = [&](Products& r, int s0, float(&v)[J][4]) {
+          wgmma::touch(r.c);
+          wgmma::touch(r.d);
+          float z[J][4], w[J][4], dl[J][4];
+          finish(r, s0, z, w, dl);
+          return wgmma::advance(use(s0, z, w, dl, v), slice_bytes(s0));
+        };
+        const auto product = [&] { add_slices_product<D, C, DP>(acc, a, m); };
+        for (int s0 = 0; s0 < g; s0 += 2 * C) {
+          issue(ra, s0, product);
+          issue(rb, s0 + C, [] {});
+          wgmma::wait<1>();
+          float v[J][4];
+          m = form(ra, s0, v);
+          pack_slices_a<C>(v, a);
+          wgmma::fence();
+          product();
+          wgmma::commit();
+          wgmma::wait<1>();
+          const uint64_t next = form(rb, s0 + C, v);
+          wgmma::wait<0>();
+          wgmma::touch(acc);
+          pack_slices_a<C>(v, a);
+          m = next;
+        }
+        wgmma::fence();
+        product();
+        wgmma::commit_and_wait();
+        wgmma::touch(acc);
+      } else {
+        Products r{};
+        uint32_t a[C / 16][4];
+        uint64_t m = 0;
+        const auto product = [&] { add_slices_product<D, C, DP>(acc, a, m); };
+        const auto take = [&](int s0) {
+          wgmma::wait<0>();
+          wgmma::touch(r.c);
+          wgmma::touch(r.d);
+          float z[J][4], w[J][4], dl[J][4], v[J][4];
+          finish(r, s0, z, w, dl);
+          m = wgmma::advance(use(s0, z, w, dl, v), slice_bytes(s0));
+          pack_slices_a<C>(v, a);
+        };
+        issue(r, 0, [] {});
+        take(0);
+        for (int s0 = C; s0 < g; s0 += C) {
+          issue(r, s0, product);
+          take(s0);
+        }
+        wgmma::fence();
+        product();
+        wgmma::commit_and_wait();
+        wgmma::touch(acc);
       }
-      wgmma::fence();
-      product();
-      wgmma::commit_and_wait();
-      wgmma::touch(acc);
     };
 
     // Pass 1: dot and grad_fx = w gs.
@@ -391,9 +439,9 @@ __global__ void __launch_bounds__(kRegThreads, 2)
 
 }  // namespace
 
-template <int D, bool kDeslice, int C, int W, bool kDlogits>
+template <int D, bool kDeslice, int C, int W, bool kDlogits, bool kPipe>
 void launch_backward_wg(const Problem& p, const BackwardArgs& a) {
-  const auto kernel = backward_wg_kernel<D, kDeslice, C, W, kDlogits>;
+  const auto kernel = backward_wg_kernel<D, kDeslice, C, W, kDlogits, kPipe>;
   const size_t smem = make_wg_back_plan(D, static_cast<int>(p.slices), W).bytes;
   int per = 0;
   const dim3 grid = launch_grid(kernel, W * 32, smem, p, &per, kWgPoints);
@@ -416,29 +464,54 @@ void launch_weight_grad_wg(const Problem& p, const BackwardArgs& a) {
   check_launch("weight gradient");
 }
 
-template void launch_backward_wg<16, false, 16, 8, false>(const Problem&, const BackwardArgs&);
-template void launch_backward_wg<16, true, 16, 8, false>(const Problem&, const BackwardArgs&);
-template void launch_backward_wg<32, false, 16, 8, false>(const Problem&, const BackwardArgs&);
-template void launch_backward_wg<32, true, 16, 8, false>(const Problem&, const BackwardArgs&);
-template void launch_backward_wg<56, false, 16, 8, false>(const Problem&, const BackwardArgs&);
-template void launch_backward_wg<56, true, 16, 8, false>(const Problem&, const BackwardArgs&);
-template void launch_backward_wg<64, false, 16, 8, false>(const Problem&, const BackwardArgs&);
-template void launch_backward_wg<64, true, 16, 8, false>(const Problem&, const BackwardArgs&);
-template void launch_backward_wg<56, false, 32, 12, false>(const Problem&, const BackwardArgs&);
-template void launch_backward_wg<56, true, 32, 12, false>(const Problem&, const BackwardArgs&);
-template void launch_backward_wg<64, false, 32, 12, false>(const Problem&, const BackwardArgs&);
-template void launch_backward_wg<64, true, 32, 12, false>(const Problem&, const BackwardArgs&);
-template void launch_backward_wg<16, false, 32, 8, false>(const Problem&, const BackwardArgs&);
-template void launch_backward_wg<16, true, 32, 8, false>(const Problem&, const BackwardArgs&);
-template void launch_backward_wg<32, false, 32, 8, false>(const Problem&, const BackwardArgs&);
-template void launch_backward_wg<32, true, 32, 8, false>(const Problem&, const BackwardArgs&);
-template void launch_backward_wg<56, false, 32, 12, true>(const Problem&, const BackwardArgs&);
-template void launch_backward_wg<56, true, 32, 12, true>(const Problem&, const BackwardArgs&);
-template void launch_backward_wg<64, false, 32, 12, true>(const Problem&, const BackwardArgs&);
-template void launch_backward_wg<64, true, 32, 12, true>(const Problem&, const BackwardArgs&);
+template void launch_backward_wg<16, false, 16, 8, false, false>(const Problem&,
+                                                                 const BackwardArgs&);
+template void launch_backward_wg<16, true, 16, 8, false, false>(const Problem&,
+                                                                const BackwardArgs&);
+template void launch_backward_wg<32, false, 16, 8, false, false>(const Problem&,
+                                                                 const BackwardArgs&);
+template void launch_backward_wg<32, true, 16, 8, false, false>(const Problem&,
+                                                                const BackwardArgs&);
+template void launch_backward_wg<56, false, 16, 8, false, false>(const Problem&,
+                                                                 const BackwardArgs&);
+template void launch_backward_wg<56, true, 16, 8, false, false>(const Problem&,
+                                                                const BackwardArgs&);
+template void launch_backward_wg<64, false, 16, 8, false, false>(const Problem&,
+                                                                 const BackwardArgs&);
+template void launch_backward_wg<64, true, 16, 8, false, false>(const Problem&,
+                                                                const BackwardArgs&);
+template void launch_backward_wg<56, false, 32, 12, false, false>(const Problem&,
+                                                                  const BackwardArgs&);
+template void launch_backward_wg<56, true, 32, 12, false, false>(const Problem&,
+                                                                 const BackwardArgs&);
+template void launch_backward_wg<64, false, 32, 12, false, false>(const Problem&,
+                                                                  const BackwardArgs&);
+template void launch_backward_wg<64, true, 32, 12, false, false>(const Problem&,
+                                                                 const BackwardArgs&);
+template void launch_backward_wg<16, false, 32, 8, false, false>(const Problem&,
+                                                                 const BackwardArgs&);
+template void launch_backward_wg<16, true, 32, 8, false, false>(const Problem&,
+                                                                const BackwardArgs&);
+template void launch_backward_wg<32, false, 32, 8, false, false>(const Problem&,
+                                                                 const BackwardArgs&);
+template void launch_backward_wg<32, true, 32, 8, false, false>(const Problem&,
+                                                                const BackwardArgs&);
+template void launch_backward_wg<56, false, 32, 12, true, false>(const Problem&,
+                                                                 const BackwardArgs&);
+template void launch_backward_wg<56, true, 32, 12, true, false>(const Problem&,
+                                                                const BackwardArgs&);
+template void launch_backward_wg<64, false, 32, 12, true, false>(const Problem&,
+                                                                 const BackwardArgs&);
+template void launch_backward_wg<64, true, 32, 12, true, false>(const Problem&,
+                                                                const BackwardArgs&);
+template void launch_backward_wg<56, false, 32, 8, true, true>(const Problem&, const BackwardArgs&);
+template void launch_backward_wg<56, true, 32, 8, true, true>(const Problem&, const BackwardArgs&);
+template void launch_backward_wg<64, false, 32, 8, true, true>(const Problem&, const BackwardArgs&);
+template void launch_backward_wg<64, true, 32, 8, true, true>(const Problem&, const BackwardArgs&);
 template void launch_weight_grad_wg<16, false>(const Problem&, const BackwardArgs&);
 template void launch_weight_grad_wg<16, true>(const Problem&, const BackwardArgs&);
 template void launch_weight_grad_wg<32, false>(const Problem&, const BackwardArgs&);
 template void launch_weight_grad_wg<32, true>(const Problem&, const BackwardArgs&);
 
-}  // namespace slipstream::aero::slice_kernels::detail
+}  // namespace
+   // slipstream::aero::slice_kernels::detail
