@@ -38,7 +38,8 @@
 #   gemm       cuBLAS (through PyTorch) per operand layout at the GALE layer's shapes, and
 #              lt_matmul_bench (cuBLASLt's residual epilogue against linear + add) where built
 #   base       start building the base tree AB_BASE (a `git archive` tarball, or a commit where .git is
-#              present) in a tree of its own, in the background, for a later `ab`
+#              present) in a tree of its own, in the background, for a later `ab` (AB_BASE_BENCH:
+#              bench targets built there too; `slices` runs the base's slice_kernels_bench after ours)
 #   ab         the same bench (AB_MODEL: models, space-separated, default geotransolver_volume;
 #              AB_POINTS, AB_OPTIMIZER; AB_ARGS: more bench arguments for every tree) on this tree and on the base tree AB_BASE (built by `base`,
 #              or here), AB_ROUNDS rounds taken in turn so that drift hits them alike; AB_VARIANTS:
@@ -222,15 +223,20 @@ base_tree() {
   echo "$src"
 }
 
-build_base() {  # the base tree's slipstream binary, as stage_build builds this one's
-  local src torch_prefix
+# The base tree's slipstream binary, as stage_build builds this one's; with
+# AB_BASE_BENCH (bench targets, e.g. slice_kernels_bench) those too, as
+# $AB_DIR/base-<target>, for the same kernel bench on both trees.
+build_base() {
+  local src torch_prefix t bench=OFF
   src=$(base_tree) || { echo "ab: AB_BASE '${AB_BASE:-}' is neither a tarball nor a commit"; return 1; }
   torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+  [ -n "${AB_BASE_BENCH:-}" ] && bench=ON
   cmake -S "$src" -B "$src/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_PREFIX_PATH="$torch_prefix;$PREFIX_PATH" -DSLIPSTREAM_BUILD_BENCHMARKS=OFF \
+    -DCMAKE_PREFIX_PATH="$torch_prefix;$PREFIX_PATH" -DSLIPSTREAM_BUILD_BENCHMARKS=$bench \
     -DSLIPSTREAM_BUILD_TESTS=OFF -DCMAKE_CUDA_ARCHITECTURES=90 &&
-    cmake --build "$src/build-gpu" -j"$(nproc)" --target slipstream &&
-    cp "$src/build-gpu/app/slipstream" "$AB_DIR/base"
+    cmake --build "$src/build-gpu" -j"$(nproc)" --target slipstream ${AB_BASE_BENCH:-} &&
+    cp "$src/build-gpu/app/slipstream" "$AB_DIR/base" || return 1
+  for t in ${AB_BASE_BENCH:-}; do cp "$src/build-gpu/bench/$t" "$AB_DIR/base-$t" || return 1; done
 }
 
 stage_base() {  # starts the base build in the background (stage ab waits for it)
@@ -609,10 +615,17 @@ stage_gelugemm() {  # dev/probes/gelu_gemm_probe.cu: the MLP's GEMM with GELU in
 
 stage_slices() {
   local k d
+  if [ -n "${AB_BASE_BENCH:-}" ] && [ -f "$AB_DIR/base.pid" ]; then  # the base's bench, building
+    while kill -0 "$(cat "$AB_DIR/base.pid")" 2>/dev/null; do sleep 2; done
+  fi
   for k in ${SLICE_KERNELS:-mma wgmma}; do
     for d in ${SLICE_DIMS:-56 32}; do
       log "slices: $k kernels, dim_head $d"
       build-gpu/bench/slice_kernels_bench 200000 20 "$d" "$k" 2>&1 | tee -a "$OUT/summary.txt"
+      if [ -x "$AB_DIR/base-slice_kernels_bench" ]; then  # built by `base` with AB_BASE_BENCH
+        log "slices: the base tree's, $k kernels, dim_head $d"
+        "$AB_DIR/base-slice_kernels_bench" 200000 20 "$d" "$k" 2>&1 | tee -a "$OUT/summary.txt"
+      fi
     done
   done
 }
