@@ -239,6 +239,11 @@ build_base() {
   for t in ${AB_BASE_BENCH:-}; do cp "$src/build-gpu/bench/$t" "$AB_DIR/base-$t" || return 1; done
 }
 
+wait_base() {  # until the background build that `base` started has ended, where it did
+  [ -f "$AB_DIR/base.pid" ] || return 1
+  while kill -0 "$(cat "$AB_DIR/base.pid")" 2>/dev/null; do sleep 2; done
+}
+
 stage_base() {  # starts the base build in the background (stage ab waits for it)
   [ -n "${AB_BASE:-}" ] || { log "base: set AB_BASE"; return 1; }
   log "base: building $AB_BASE in $AB_DIR/base-src, in the background"
@@ -255,11 +260,7 @@ stage_ab() {
   [ -n "${AB_BASE:-}${AB_VARIANTS:-}" ] || { log "ab: set AB_BASE and/or AB_VARIANTS"; return 1; }
   local points=${AB_POINTS:-200000} v i trees=(this) bins=("$BIN") extras=("") envs=("")
   if [ -n "${AB_BASE:-}" ]; then
-    if [ -f "$AB_DIR/base.pid" ]; then
-      while kill -0 "$(cat "$AB_DIR/base.pid")" 2>/dev/null; do sleep 2; done
-    else
-      build_base >"$OUT/ab-base.log" 2>&1; echo $? >"$AB_DIR/base.rc"
-    fi
+    wait_base || { build_base >"$OUT/ab-base.log" 2>&1; echo $? >"$AB_DIR/base.rc"; }
     [ "$(cat "$AB_DIR/base.rc" 2>/dev/null)" = 0 ] ||
       { log "ab: the base does not build (see $OUT/ab-base.log)"; tail -20 "$OUT/ab-base.log"; return 1; }
     log "ab: base built"
@@ -615,9 +616,7 @@ stage_gelugemm() {  # dev/probes/gelu_gemm_probe.cu: the MLP's GEMM with GELU in
 
 stage_slices() {
   local k d
-  if [ -n "${AB_BASE_BENCH:-}" ] && [ -f "$AB_DIR/base.pid" ]; then  # the base's bench, building
-    while kill -0 "$(cat "$AB_DIR/base.pid")" 2>/dev/null; do sleep 2; done
-  fi
+  [ -n "${AB_BASE_BENCH:-}" ] && wait_base  # the base's bench, where `base` builds it
   for k in ${SLICE_KERNELS:-mma wgmma}; do
     for d in ${SLICE_DIMS:-56 32}; do
       log "slices: $k kernels, dim_head $d"
