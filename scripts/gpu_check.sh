@@ -36,7 +36,8 @@
 #   gelugemm   dev/probes/gelu_gemm_probe.cu: a wgmma GEMM with GELU (forward) or GELU's backward in its
 #              epilogue, checked against a reference and timed against cuBLAS + a GELU pass
 #   gemm       cuBLAS (through PyTorch) per operand layout at the GALE layer's shapes, and
-#              lt_matmul_bench (cuBLASLt's residual epilogue against linear + add) where built
+#              lt_matmul_bench (cuBLASLt's residual epilogue against linear + add) and
+#              gemm_shapes_bench (the block GEMMs against the device's ceilings) where built
 #   base       start building the base tree AB_BASE (a `git archive` tarball, or a commit where .git is
 #              present) in a tree of its own, in the background, for a later `ab` (AB_BASE_BENCH:
 #              bench targets built there too; `slices` runs the base's slice_kernels_bench after ours)
@@ -666,6 +667,10 @@ stage_gemm() {
   if [ -x build-gpu/bench/lt_matmul_bench ]; then
     log "gemm: cuBLASLt's residual epilogue against linear + add (lt_matmul_bench)"
     build-gpu/bench/lt_matmul_bench 200000 20 2>&1 | tee -a "$OUT/summary.txt"
+  fi
+  if [ -x build-gpu/bench/gemm_shapes_bench ]; then
+    log "gemm: the volume models' block GEMMs against this device's ceilings (gemm_shapes_bench)"
+    build-gpu/bench/gemm_shapes_bench 200000 20 2>&1 | tee -a "$OUT/summary.txt"
   fi
 }
 
